@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs what is missing, fetches the default
+# model, builds everything (CUDA too where nvcc exists) and runs every test with CTest.
+# Arguments go to ctest (e.g. -L unit, -R gguf).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+"$root/scripts/setup.sh"
+"$root/scripts/fetch_model.sh" >/dev/null
+start=$(date +%s)
+"$root/scripts/build.sh"
+echo "test: build took $(( $(date +%s) - start )) s"
+cd "${TINFER_BUILD_DIR:-$root/build}"
+ctest --output-on-failure -j "${TINFER_JOBS:-$(nproc)}" "$@"

@@ -1,0 +1,10 @@
+// Must not compile: RoPE rotates pairs, so head_dim must be even
+#include <tinfer/config/presets.hpp>
+
+constexpr tinfer::ModelConfig bad = [] {
+    auto c = tinfer::presets::smollm2_135m;
+    c.head_dim = 63;
+    return c;
+}();
+static_assert(tinfer::ModelShape<bad>);
+int main() {}
