@@ -1,0 +1,28 @@
+#pragma once
+// The contract between attention kernels and KV storage. Attention never sees how K and V are
+// laid out (contiguous, paged, quantized): it asks a view for a run of tokens of one KV head,
+// decoded to float, and works tile by tile. A paged cache and a contiguous one produce the same
+// floats for the same tokens, so attention over either gives bitwise the same result.
+#include <concepts>
+
+namespace tinfer::kv {
+
+// One sequence's cached keys and values for one layer.
+template <class View>
+concept KvView = requires(View const& view, int kv_head, int first, int count, float* out) {
+    { view.tokens() } -> std::convertible_to<int>;  // cached positions: 0 .. tokens()-1
+    view.load_keys(kv_head, first, count, out);     // out: [count][head_dim]
+    view.load_values(kv_head, first, count, out);   // out: [count][head_dim]
+};
+
+// Storage the model writes into and reads views from. `seq` is the caller's slot for a
+// sequence; the cache owner (engine, scheduler) has already made room for every position the
+// forward pass writes, so append never allocates.
+template <class Cache>
+concept KvStore = requires(Cache& cache, Cache const& const_cache, int seq, int layer, int position,
+                           float const* k, float const* v) {
+    cache.write(seq, layer, position, k, v);  // k, v: [kv_heads][head_dim] for one token
+    { const_cache.view(seq, layer) } -> KvView;
+};
+
+}  // namespace tinfer::kv
