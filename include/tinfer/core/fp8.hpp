@@ -54,6 +54,8 @@ inline constexpr std::uint32_t float_magnitude_mask = 0x7fffffffu;
 inline constexpr std::uint32_t float_infinity_bits = 0x7f800000u;
 inline constexpr std::uint32_t float_mantissa_mask = (1u << float_mantissa_bits) - 1u;
 inline constexpr std::uint32_t float_implicit_bit = 1u << float_mantissa_bits;
+// Moves the sign between a float's bit 31 and an FP8's bit 7.
+inline constexpr int sign_shift = 24;
 // cuda_fp8.h decodes a NaN through the canonical half NaN; we return the same float.
 inline constexpr std::uint16_t f16_canonical_nan = 0x7fffu;
 
@@ -75,7 +77,7 @@ TINFER_HOST_DEVICE constexpr std::uint32_t shift_right_rne(std::uint32_t signifi
 template <class Format>
 TINFER_HOST_DEVICE constexpr std::uint8_t encode(float value) {
     std::uint32_t const x = std::bit_cast<std::uint32_t>(value);
-    std::uint8_t const sign = static_cast<std::uint8_t>((x & float_sign_bit) >> 24);
+    std::uint8_t const sign = static_cast<std::uint8_t>((x & float_sign_bit) >> sign_shift);
     std::uint32_t const abs = x & float_magnitude_mask;
     if (abs > float_infinity_bits) return Format::canonical_nan;
 
@@ -116,7 +118,7 @@ TINFER_HOST_DEVICE constexpr bool is_nan_bits(std::uint8_t bits) {
 template <class Format>
 TINFER_HOST_DEVICE constexpr float decode(std::uint8_t bits) {
     if (is_nan_bits<Format>(bits)) return f16_bits_to_float(f16_canonical_nan);
-    std::uint32_t const sign = static_cast<std::uint32_t>(bits & Format::sign_bit) << 24;
+    std::uint32_t const sign = static_cast<std::uint32_t>(bits & Format::sign_bit) << sign_shift;
     std::uint32_t const exponent_field = (bits & Format::magnitude_mask) >> Format::mantissa_bits;
     std::uint32_t const mantissa = bits & Format::mantissa_mask;
     if constexpr (Format::has_infinity) {
