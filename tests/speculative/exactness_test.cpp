@@ -26,8 +26,8 @@ using tinfer::spec::DraftProposal;
 using tinfer::spec::ModelDrafter;
 using tinfer::testing::speculative::BigramDraftModel;
 using tinfer::testing::speculative::BigramTable;
-using tinfer::testing::speculative::chi_square;
-using tinfer::testing::speculative::ChiSquare;
+using tinfer::testing::chi_square;
+using tinfer::testing::ChiSquare;
 using tinfer::testing::speculative::random_bigram;
 using Tokens = std::vector<std::int32_t>;
 using Matrix = std::vector<std::vector<double>>;  // [last token][next token]
@@ -146,7 +146,7 @@ SamplingParams sampled(float temperature, int top_k = 0) {
 BOOST_AUTO_TEST_SUITE(speculative_exactness)
 
 BOOST_AUTO_TEST_CASE(chi_square_p_value_matches_closed_forms) {
-    using tinfer::testing::speculative::chi_square_survival;
+    using tinfer::testing::chi_square_survival;
     for (double const x : {0.1, 1.0, 3.0, 10.0, 40.0}) {
         BOOST_TEST(chi_square_survival(x, 2) == std::exp(-x / 2),
                    boost::test_tools::tolerance(1e-12));

@@ -126,55 +126,11 @@ inline FilteredWeights filtered_weights(std::span<float const> logits,
         return {1, best};
     }
 
-    // The filters of kernels::detail::draw_filtered, step for step, so the kept set and its
-    // weights are the ones sample_token draws from.
-    float* const float_weights = workspace.weights.data();
-    std::int32_t* const candidates = workspace.candidates.data();
-    float const max_logit = processed[best];
-    kernels::detail::RanksBefore const ranks_before{processed.data()};
-    auto const weight_of = [&](std::int32_t token) {
-        return std::exp((processed[token] - max_logit) / params.temperature);
-    };
-    std::int32_t count = 0;
-    if (params.top_k > 0 && params.top_k < vocab) {
-        for (std::int32_t token = 0; token < vocab; ++token) {
-            if (count < params.top_k) {
-                candidates[count++] = token;
-                std::push_heap(candidates, candidates + count, ranks_before);
-            } else if (ranks_before(token, candidates[0])) {
-                std::pop_heap(candidates, candidates + count, ranks_before);
-                candidates[count - 1] = token;
-                std::push_heap(candidates, candidates + count, ranks_before);
-            }
-        }
-        for (std::int32_t i = 0; i < count; ++i)
-            float_weights[candidates[i]] = weight_of(candidates[i]);
-    } else {
-        for (std::int32_t token = 0; token < vocab; ++token) {
-            float const weight = weight_of(token);
-            float_weights[token] = weight;
-            if (weight > 0) candidates[count++] = token;
-        }
-    }
-    if (params.top_p < 1) {
-        double total = 0;
-        for (std::int32_t i = 0; i < count; ++i) total += float_weights[candidates[i]];
-        double const light = (1 - static_cast<double>(params.top_p)) * total / count;
-        count = static_cast<std::int32_t>(
-            std::partition(candidates, candidates + count,
-                           [&](std::int32_t token) { return float_weights[token] >= light; }) -
-            candidates);
-        count = kernels::detail::top_p_prefix(candidates, count, float_weights, ranks_before,
-                                              params.top_p * total);
-    }
-    if (params.min_p > 0) {
-        count = static_cast<std::int32_t>(std::partition(candidates, candidates + count,
-                                                         [&](std::int32_t token) {
-                                                             return float_weights[token] >=
-                                                                    params.min_p;
-                                                         }) -
-                                          candidates);
-    }
+    // The sampler's own filters, so the kept set and its weights are the ones sample_token
+    // draws from.
+    std::int32_t const count = kernels::detail::select_candidates(params, best, workspace);
+    float const* const float_weights = workspace.weights.data();
+    std::int32_t const* const candidates = workspace.candidates.data();
     for (std::int32_t i = 0; i < count; ++i) weights[candidates[i]] = float_weights[candidates[i]];
     // Summed in token-id order, as sample_token sums, so the totals agree bitwise.
     double total = 0;

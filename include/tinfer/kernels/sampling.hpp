@@ -199,11 +199,13 @@ inline std::int32_t top_p_prefix(std::int32_t* candidates, std::int32_t count, f
     return count;  // rounding left the target just out of reach: keep everything
 }
 
-// Draws from temperature + top-k + top-p + min-p over `logits` (already penalised and biased),
-// whose largest finite entry is at `best`.
-inline std::int32_t draw_filtered(SamplingParams const& params, std::int32_t best,
-                                  std::uint64_t request_id, std::uint32_t step,
-                                  SamplingWorkspace& workspace) {
+// Applies temperature, top-k, top-p and min-p to workspace.logits (already penalised and
+// biased, largest finite entry at `best`): the kept tokens are workspace.candidates[0, count),
+// in no particular order, with their unnormalised weights in workspace.weights. Every consumer
+// of the filtered distribution (the sampler, speculative verification) goes through here, so
+// they agree on it exactly.
+inline std::int32_t select_candidates(SamplingParams const& params, std::int32_t best,
+                                      SamplingWorkspace& workspace) {
     std::int32_t const vocab = workspace.vocab();
     float const* const logits = workspace.logits.data();
     float* const weights = workspace.weights.data();
@@ -259,6 +261,17 @@ inline std::int32_t draw_filtered(SamplingParams const& params, std::int32_t bes
                            [&](std::int32_t token) { return weights[token] >= params.min_p; }) -
             candidates);
     }
+    return count;
+}
+
+// Draws from the filtered distribution of select_candidates.
+inline std::int32_t draw_filtered(SamplingParams const& params, std::int32_t best,
+                                  std::uint64_t request_id, std::uint32_t step,
+                                  SamplingWorkspace& workspace) {
+    std::int32_t const vocab = workspace.vocab();
+    std::int32_t const count = select_candidates(params, best, workspace);
+    float const* const weights = workspace.weights.data();
+    std::int32_t const* const candidates = workspace.candidates.data();
 
     // Inverse CDF in token-id order, so the token does not depend on how the filters above
     // permuted the candidates. Double accumulation keeps a rare token's interval its true width.

@@ -1,6 +1,6 @@
 #pragma once
-// Pearson's chi-square goodness of fit with its p-value (a copy of the one in
-// tests/sampling/sampler_statistics_test.cpp, until tests/support holds a shared one).
+// Pearson's chi-square goodness of fit with its p-value, written here so the statistical tests
+// (samplers, speculative decoding) depend on no statistics library.
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -8,7 +8,7 @@
 
 #include <boost/test/unit_test.hpp>
 
-namespace tinfer::testing::speculative {
+namespace tinfer::testing {
 
 inline constexpr double min_expected_per_bin = 5;  // the usual validity rule for Pearson's test
 
@@ -96,4 +96,4 @@ inline ChiSquare chi_square(std::vector<long> const& observed,
     return {statistic, degrees_of_freedom, chi_square_survival(statistic, degrees_of_freedom)};
 }
 
-}  // namespace tinfer::testing::speculative
+}  // namespace tinfer::testing
