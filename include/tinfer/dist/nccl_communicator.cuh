@@ -1,0 +1,149 @@
+#pragma once
+// Communicator over NCCL: spans are device memory on this rank's GPU, and every operation is
+// enqueued on the communicator's CUDA stream and returns at once, as kernels do. Results are
+// visible to later work on that stream, or to the host after synchronize(). Needs nccl.h and
+// cuda_runtime.h (the CUDA toolkit) and links libnccl; compiled by the CUDA build only.
+//
+// NCCL has no message tags: sends and receives between one pair of ranks match in the order
+// they are issued. A caller that keeps one (peer, tag) conversation per communicator, as the
+// KV transfer does, gets the same behaviour as from MpiCommunicator; the tag is accepted for
+// the Communicator concept and otherwise unused.
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <utility>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <tinfer/core/error.hpp>
+#include <tinfer/dist/communicator.hpp>
+
+namespace tinfer::dist {
+
+struct NcclError : Error {
+    using Error::Error;
+};
+
+namespace nccl_detail {
+
+inline void check(ncclResult_t result, char const* call) {
+    if (result != ncclSuccess) {
+        throw NcclError(std::string(call) + " failed: " + ncclGetErrorString(result));
+    }
+}
+
+inline void check(cudaError_t result, char const* call) {
+    if (result != cudaSuccess) {
+        throw NcclError(std::string(call) + " failed: " + cudaGetErrorString(result));
+    }
+}
+
+}  // namespace nccl_detail
+
+class NcclCommunicator {
+  public:
+    using Backend = Cuda;
+
+    // Collective over `size` processes (or threads, one per GPU), all passing the same id;
+    // the current CUDA device becomes this rank's.
+    NcclCommunicator(ncclUniqueId const& id, int rank, int size, cudaStream_t stream)
+        : stream_(stream), rank_(rank), size_(size) {
+        nccl_detail::check(cudaMalloc(&barrier_word_, sizeof(float)), "cudaMalloc");
+        if (ncclResult_t const joined = ncclCommInitRank(&comm_, size, id, rank);
+            joined != ncclSuccess) {
+            cudaFree(barrier_word_);
+            nccl_detail::check(joined, "ncclCommInitRank");
+        }
+    }
+
+    // NCCL needs its unique id shared out of band: rank 0 of a host communicator (MPI, say)
+    // makes it and sends it to every other rank, which then join with the same rank numbers.
+    template <Communicator HostComm>
+    requires std::same_as<typename HostComm::Backend, Host>
+    static NcclCommunicator bootstrap(HostComm& host, cudaStream_t stream, int tag = 0) {
+        ncclUniqueId id{};
+        auto bytes = std::as_writable_bytes(std::span{&id, 1});
+        if (host.rank() == 0) {
+            nccl_detail::check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+            for (int peer = 1; peer < host.size(); ++peer) host.send(bytes, peer, tag);
+        } else {
+            host.recv(bytes, 0, tag);
+        }
+        return NcclCommunicator(id, host.rank(), host.size(), stream);
+    }
+
+    NcclCommunicator(NcclCommunicator&& other) noexcept
+        : comm_(std::exchange(other.comm_, nullptr)),
+          stream_(other.stream_),
+          rank_(other.rank_),
+          size_(other.size_),
+          barrier_word_(std::exchange(other.barrier_word_, nullptr)) {}
+    NcclCommunicator& operator=(NcclCommunicator&& other) noexcept {
+        std::swap(comm_, other.comm_);
+        std::swap(barrier_word_, other.barrier_word_);
+        stream_ = other.stream_;
+        rank_ = other.rank_;
+        size_ = other.size_;
+        return *this;
+    }
+    NcclCommunicator(NcclCommunicator const&) = delete;
+    NcclCommunicator& operator=(NcclCommunicator const&) = delete;
+    ~NcclCommunicator() {
+        if (barrier_word_ != nullptr) cudaFree(barrier_word_);
+        if (comm_ != nullptr) ncclCommDestroy(comm_);
+    }
+
+    int rank() const { return rank_; }
+    int size() const { return size_; }
+    cudaStream_t stream() const { return stream_; }
+    ncclComm_t handle() const { return comm_; }
+
+    void all_reduce_sum(std::span<float> data) {
+        nccl_detail::check(ncclAllReduce(data.data(), data.data(), data.size(), ncclFloat32,
+                                         ncclSum, comm_, stream_),
+                           "ncclAllReduce");
+    }
+
+    void all_gather(std::span<float const> mine, std::span<float> all) {
+        require_gather_sizes(mine.size(), all.size(), size_);
+        nccl_detail::check(
+            ncclAllGather(mine.data(), all.data(), mine.size(), ncclFloat32, comm_, stream_),
+            "ncclAllGather");
+    }
+
+    void send(std::span<std::byte const> bytes, int to, int /*tag: see above*/) {
+        nccl_detail::check(ncclSend(bytes.data(), bytes.size(), ncclUint8, to, comm_, stream_),
+                           "ncclSend");
+    }
+
+    void recv(std::span<std::byte> bytes, int from, int /*tag: see above*/) {
+        nccl_detail::check(ncclRecv(bytes.data(), bytes.size(), ncclUint8, from, comm_, stream_),
+                           "ncclRecv");
+    }
+
+    // NCCL has no barrier; an all-reduce of one word cannot finish on any rank before every
+    // rank has issued it, and waiting for the stream makes the host wait too.
+    void barrier() {
+        nccl_detail::check(cudaMemsetAsync(barrier_word_, 0, sizeof(float), stream_),
+                           "cudaMemsetAsync");
+        all_reduce_sum(std::span{barrier_word_, 1});
+        synchronize();
+    }
+
+    void synchronize() {
+        nccl_detail::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    }
+
+  private:
+    ncclComm_t comm_ = nullptr;
+    cudaStream_t stream_ = nullptr;
+    int rank_ = 0;
+    int size_ = 1;
+    float* barrier_word_ = nullptr;  // device memory for barrier()'s all-reduce
+};
+
+static_assert(Communicator<NcclCommunicator>);
+
+}  // namespace tinfer::dist
