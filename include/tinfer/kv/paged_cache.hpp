@@ -297,6 +297,50 @@ class PagedKvCache {
         return View(storage_.data(), s.table, s.written.at(static_cast<std::size_t>(layer)), layer);
     }
 
+    // ---- moving a sequence's KV out and back (swap to host, prefill/decode hand-off) ----
+
+    // Appends the bytes of the blocks holding the sequence's written positions to `out`, in
+    // table order, and returns how many positions they hold. The sequence is left as it is.
+    int export_blocks(int seq, std::vector<std::byte>& out) const {
+        Sequence const& s = live(seq);
+        int const tokens = written_in_all_layers(s);
+        auto const blocks = static_cast<std::size_t>(blocks_for(tokens));
+        for (std::size_t i = 0; i < blocks; ++i) {
+            std::byte const* block = storage_.data() + static_cast<std::size_t>(s.table[i]) *
+                                                           bytes_per_block;
+            out.insert(out.end(), block, block + bytes_per_block);
+        }
+        return tokens;
+    }
+
+    // A new sequence holding `tokens` positions whose blocks are `bytes` (as export_blocks wrote
+    // them, from a cache of the same type). Returns nullopt, changing nothing, when the pool
+    // cannot supply the blocks; a malformed payload is a tinfer::Error.
+    std::optional<int> import_blocks(std::span<std::byte const> bytes, int tokens, int max_tokens) {
+        check_admissible(max_tokens);
+        auto const blocks = static_cast<std::size_t>(blocks_for(tokens));
+        if (tokens < 0 || tokens > max_tokens || bytes.size() != blocks * bytes_per_block) {
+            throw Error("PagedKvCache::import_blocks: " + std::to_string(bytes.size()) +
+                        " bytes for " + std::to_string(tokens) + " tokens; expected " +
+                        std::to_string(blocks * bytes_per_block) + " (" +
+                        std::to_string(blocks) + " blocks of " + std::to_string(bytes_per_block) +
+                        ")");
+        }
+        if (static_cast<int>(blocks) > available_blocks()) return std::nullopt;
+        int const seq = start_sequence({}, 0, max_tokens);
+        if (!reserve(seq, tokens)) {
+            release(seq);
+            return std::nullopt;
+        }
+        Sequence& s = live(seq);
+        for (std::size_t i = 0; i < blocks; ++i) {
+            std::memcpy(storage_.data() + static_cast<std::size_t>(s.table[i]) * bytes_per_block,
+                        bytes.data() + i * bytes_per_block, bytes_per_block);
+        }
+        s.written.fill(tokens);
+        return seq;
+    }
+
     // ---- accounting ----
 
     // Positions with blocks behind them, written or about to be.

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The GPU suite in one go, for a machine with an NVIDIA GPU and this repository:
+#   configure with the CUDA backend on, build every CUDA test and the CUDA benchmarks, run the
+#   tests (ctest label "cuda") and the attention benchmarks, and print a short table last.
+# Meant to finish in under 8 minutes on a 16-core machine (each step has its own time limit).
+#
+#   bench/gpu_suite.sh [build-dir]      (default: build-gpu next to this repository's sources)
+# Environment: CUDA_HOME (default /usr/local/cuda), JOBS (default: all cores),
+#              TINFER_CUDA_ARCHITECTURES (default: the project's "80;90a").
+set -uo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${1:-$repo/build-gpu}
+cuda_home=${CUDA_HOME:-/usr/local/cuda}
+jobs=${JOBS:-$(nproc)}
+log=$build/gpu_suite.log
+mkdir -p "$build"
+: > "$log"
+export PATH=$cuda_home/bin:$PATH
+
+status_configure=skipped status_build=skipped status_tests=skipped status_bench=skipped
+tests_summary="not run"
+
+step() {  # step <seconds> <description> <command...>: runs with a time limit, logs everything
+    local limit=$1 what=$2
+    shift 2
+    echo "== $what" | tee -a "$log"
+    local start=$SECONDS
+    timeout --signal=TERM --kill-after=10 "$limit" "$@" >> "$log" 2>&1
+    local rc=$?
+    echo "   rc=$rc after $((SECONDS - start)) s" | tee -a "$log"
+    return $rc
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | tee -a "$log" ||
+    echo "nvidia-smi not found" | tee -a "$log"
+
+cuda_options=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$cuda_home/bin/nvcc")
+[[ -n ${TINFER_CUDA_ARCHITECTURES:-} ]] &&
+    cuda_options+=("-DTINFER_CUDA_ARCHITECTURES=$TINFER_CUDA_ARCHITECTURES")
+if step 120 "configure ($build)" cmake -S "$repo" -B "$build" -DTINFER_CUDA=ON \
+    -DTINFER_BUILD_EXAMPLES=OFF "${cuda_options[@]}"; then
+    status_configure=ok
+else
+    # A GPU machine without the host-side dependencies (Boost.Test, utf8proc) can still build
+    # and run the CUDA tests and benchmarks: bench/cuda/standalone needs only CUDA and OpenMP.
+    build=$build/standalone
+    if step 120 "configure the CUDA-only project ($build)" cmake -S "$repo/bench/cuda/standalone" \
+        -B "$build" "${cuda_options[@]}"; then
+        status_configure="ok (CUDA-only fallback)"
+    else
+        status_configure=FAILED
+    fi
+fi
+
+if [[ $status_configure == ok* ]]; then
+    # Every test labelled "cuda" is a target of the same name (tinfer_add_cuda_test), plus the benchmarks.
+    mapfile -t cuda_tests < <(cd "$build" && ctest -N -L cuda 2>/dev/null | awk '/Test +#/ {print $3}')
+    targets=("${cuda_tests[@]}")
+    # bench/cuda is there once bench/CMakeLists.txt adds it (if(TINFER_WITH_CUDA) add_subdirectory(cuda)).
+    if [[ -d $build/bench/cuda ]]; then
+        targets+=(cuda_attention_bench)
+    else
+        echo "   bench/cuda is not part of the build: benchmarks skipped" | tee -a "$log"
+    fi
+    echo "   targets: ${targets[*]}" | tee -a "$log"
+    if step 300 "build ${#targets[@]} CUDA targets with $jobs jobs" \
+        cmake --build "$build" -j "$jobs" --target "${targets[@]}"; then
+        status_build=ok
+    else
+        status_build=FAILED
+    fi
+fi
+
+if [[ $status_build == ok ]]; then
+    step 240 "CUDA tests" ctest --test-dir "$build" -L cuda --output-on-failure --timeout 200
+    rc=$?
+    tests_summary="$(grep -E "tests passed|tests failed" "$log" | tail -1), $(grep -c "(Skipped)" "$log") skipped"
+    [[ $rc == 0 ]] && status_tests=ok || status_tests=FAILED
+    bench=$(find "$build" -name cuda_attention_bench -type f -perm -u+x | head -1)
+    if [[ -n $bench ]]; then
+        step 150 "attention benchmarks" "$bench"
+        case $? in
+            0) status_bench=ok ;;
+            77) status_bench="skipped (no CUDA device)" ;;
+            *) status_bench=FAILED ;;
+        esac
+    fi
+fi
+
+value() {
+    local found
+    found=$(awk -v name="$1" '$1 == "RESULT" && $2 == name {print $3 " " $4}' "$log" | tail -1)
+    echo "${found:-n/a}"
+}
+echo
+echo "================ tinfer GPU suite (full log: $log) ================"
+printf '%-44s %s\n' "configure" "$status_configure" "build" "$status_build" \
+    "tests (ctest -L cuda)" "$status_tests: ${tests_summary:-none}" "benchmarks" "$status_bench"
+printf '%-44s %s\n' \
+    "decode attention b64 4K d128 g8 bf16" "$(value decode_attention_ms)" \
+    "  achieved K+V read bandwidth" "$(value decode_attention_gbs)" \
+    "  cudaMemcpy D2D (read + write)" "$(value memcpy_d2d_gbs)" \
+    "  decode / memcpy" "$(value decode_attention_of_memcpy)" \
+    "prefill attention 4K d128 32 heads causal" "$(value prefill_attention_ms)" \
+    "  prefill attention" "$(value prefill_attention_tflops)" \
+    "  cuBLAS bf16 GEMM 8192^3" "$(value cublas_bf16_gemm_tflops)" \
+    "  cuBLAS fp32 GEMM 8192^3" "$(value cublas_fp32_gemm_tflops)" \
+    "  prefill / bf16 GEMM" "$(value prefill_attention_of_bf16_gemm)" \
+    "  prefill / fp32 GEMM" "$(value prefill_attention_of_fp32_gemm)"
+[[ $status_configure == ok* && $status_build == ok && $status_tests == ok && $status_bench != FAILED ]]

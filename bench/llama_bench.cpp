@@ -1,0 +1,167 @@
+// llama_bench: prefill and decode speed of a GGUF model on tinfer's CPU kernels, defined as
+// llama.cpp's llama-bench defines them, so the figures compare directly:
+//   ppN: N prompt tokens processed in one batch from an empty cache; t/s = N / time.
+//   tgN: N tokens generated one at a time from an empty cache; t/s = N / time.
+// Each test runs `--repetitions` times after one warm-up; the table shows the median and the
+// standard deviation. Also: batched decode (B sequences decoding together, total t/s) and the
+// achieved weight-read bandwidth of decode against the bandwidth this program measures.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include <tinfer/config/presets.hpp>
+#include <tinfer/format/gguf.hpp>
+#include <tinfer/kv/contiguous_cache.hpp>
+#include <tinfer/model/llama.hpp>
+#include <tinfer/model/with_preset.hpp>
+
+#include "support/roofline.hpp"
+
+namespace {
+
+struct Options {
+    std::string model;
+    std::vector<int> threads{1, 2};
+    int prompt_tokens = 512;
+    int generated_tokens = 128;
+    int batch = 16;
+    int repetitions = 3;
+    bool roofline = true;
+};
+
+struct Stats {
+    double median = 0;
+    double stddev = 0;
+};
+
+Stats stats_of(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    double const mean = std::accumulate(values.begin(), values.end(), 0.0) / values.size();
+    double variance = 0;
+    for (double v : values) variance += (v - mean) * (v - mean);
+    return {values[values.size() / 2],
+            values.size() > 1 ? std::sqrt(variance / (values.size() - 1)) : 0.0};
+}
+
+template <tinfer::ModelConfig Cfg>
+void run(tinfer::gguf::File const& file, Options const& options, double model_gib) {
+    using namespace tinfer;
+    auto const model = Llama<Cfg>::bind(file);
+    std::mt19937 rng(42);
+    std::uniform_int_distribution<std::int32_t> token(0, Cfg.vocab - 1);
+    int const context = options.prompt_tokens + options.generated_tokens;
+    std::vector<float> logits(static_cast<std::size_t>(options.batch) * Cfg.vocab);
+
+    std::printf("| %-28s | %9s | %7s | %-11s | %16s | %14s |\n", "model", "size", "threads", "test",
+                "t/s", "weights GB/s");
+    std::printf("| %-28s | %9s | %7s | %-11s | %16s | %14s |\n", "----", "----", "----", "----",
+                "----", "----");
+    for (int const threads : options.threads) {
+        typename Llama<Cfg>::Workspace ws(std::max(options.prompt_tokens, options.batch), threads);
+        kv::ContiguousKvCache<Cfg> cache(options.batch, context);
+        auto const row = [&](std::string const& test, Stats s, double gbps) {
+            char rate[64];
+            std::snprintf(rate, sizeof rate, "%.2f ± %.2f", s.median, s.stddev);
+            char bw[32] = "";
+            if (gbps > 0) std::snprintf(bw, sizeof bw, "%.1f", gbps);
+            std::printf("| %-28s | %5.1f MiB | %7d | %-11s | %16s | %14s |\n",
+                        "SmolLM2-135M-Instruct Q4_1", model_gib * 1024, threads, test.c_str(), rate,
+                        bw);
+            std::fflush(stdout);
+        };
+
+        // ppN: one batch from an empty cache.
+        std::vector<std::int32_t> prompt(static_cast<std::size_t>(options.prompt_tokens));
+        std::vector<double> rates;
+        for (int r = 0; r <= options.repetitions; ++r) {
+            for (auto& t : prompt) t = token(rng);
+            cache.clear(0);
+            SequenceChunk const chunk{.slot = 0, .first_position = 0, .tokens = prompt};
+            double const s = bench::median_seconds(
+                1, [&] { model.forward(std::span(&chunk, 1), cache, ws, logits); });
+            if (r > 0) rates.push_back(options.prompt_tokens / s);  // r == 0 warms up
+        }
+        row("pp" + std::to_string(options.prompt_tokens), stats_of(rates), 0);
+
+        // tgN: one token at a time from an empty cache.
+        rates.clear();
+        for (int r = 0; r <= options.repetitions; ++r) {
+            cache.clear(0);
+            std::int32_t next = token(rng);
+            double const s = bench::median_seconds(1, [&] {
+                for (int i = 0; i < options.generated_tokens; ++i) {
+                    SequenceChunk const chunk{
+                        .slot = 0, .first_position = i, .tokens = std::span(&next, 1)};
+                    model.forward(std::span(&chunk, 1), cache, ws, logits);
+                    next = static_cast<std::int32_t>(
+                        std::max_element(logits.begin(), logits.begin() + Cfg.vocab) -
+                        logits.begin());
+                }
+            });
+            if (r > 0) rates.push_back(options.generated_tokens / s);
+        }
+        Stats const tg = stats_of(rates);
+        row("tg" + std::to_string(options.generated_tokens), tg,
+            tg.median * model_gib * (1 << 30) / 1e9);
+
+        // Batched decode: B sequences, one token each per step, weights read once per step.
+        rates.clear();
+        std::vector<std::int32_t> next(static_cast<std::size_t>(options.batch));
+        std::vector<SequenceChunk> chunks(next.size());
+        int const steps = std::max(16, options.generated_tokens / 4);
+        for (int r = 0; r <= options.repetitions; ++r) {
+            for (int b = 0; b < options.batch; ++b) cache.clear(b);
+            for (auto& t : next) t = token(rng);
+            double const s = bench::median_seconds(1, [&] {
+                for (int i = 0; i < steps; ++i) {
+                    for (int b = 0; b < options.batch; ++b)
+                        chunks[b] = {
+                            .slot = b, .first_position = i, .tokens = std::span(&next[b], 1)};
+                    model.forward(chunks, cache, ws, logits);
+                }
+            });
+            if (r > 0) rates.push_back(double(steps) * options.batch / s);
+        }
+        row("tg x" + std::to_string(options.batch), stats_of(rates), 0);
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Options options;
+    char const* home = std::getenv("HOME");
+    options.model =
+        std::string(home ? home : ".") + "/.cache/tinfer/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    CLI::App app{"Prefill (ppN) and decode (tgN) speed, as llama-bench defines them"};
+    app.add_option("-m,--model", options.model)->capture_default_str();
+    app.add_option("-t,--threads", options.threads, "Thread counts to test")->capture_default_str();
+    app.add_option("-p,--prompt", options.prompt_tokens)->capture_default_str();
+    app.add_option("-n,--generate", options.generated_tokens)->capture_default_str();
+    app.add_option("-b,--batch", options.batch, "Sequences in the batched decode test")
+        ->capture_default_str();
+    app.add_option("-r,--repetitions", options.repetitions)->capture_default_str();
+    app.add_flag("!--no-roofline", options.roofline, "Skip measuring bandwidth and GEMM rate");
+    CLI11_PARSE(app, argc, argv);
+    try {
+        auto const file = tinfer::gguf::File::open(options.model);
+        double const model_gib = double(file.bytes().size()) / (1 << 30);
+        if (options.roofline) {
+            for (int const t : options.threads)
+                std::printf(
+                    "roofline, %d thread(s): read bandwidth %.1f GB/s, sgemm %.1f GFLOP/s\n", t,
+                    tinfer::bench::measured_read_gbps(t), tinfer::bench::measured_sgemm_gflops(t));
+        }
+        tinfer::with_preset<tinfer::presets::smollm2_135m>(
+            file, [&]<tinfer::ModelConfig Cfg>() { run<Cfg>(file, options, model_gib); });
+    } catch (std::exception const& e) {
+        std::fprintf(stderr, "llama_bench: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,188 @@
+#pragma once
+// Causal attention over a KV view, FlashAttention style: keys and values are loaded tile by tile
+// (as float, through kv::KvView, so contiguous and paged caches look the same) and each query
+// keeps an online softmax (running maximum, running sum, unnormalised output) instead of a row
+// of scores. One routine serves prefill chunks (many queries, attending to the cached prefix and
+// to themselves) and decode (one query).
+//
+// GQA: a task takes one KV head and a block of queries, and runs all `group_size` query heads of
+// that KV head against each tile it loads, so K/V are read once per group rather than per head.
+//
+// Batch invariance: tiles start at absolute positions (multiples of kv_tile), and a query only
+// ever sees the keys of its own causal (and sliding-window) range within each tile, so the
+// sequence of operations on one query's state depends on its position and the cached keys and
+// values, never on which other queries share its block, chunk or batch, or on threads. A token
+// prefilled inside a chunk and the same token decoded alone give bitwise the same output.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <numbers>
+#include <span>
+#include <string>
+
+#include <omp.h>
+
+#include <tinfer/core/error.hpp>
+#include <tinfer/kernels/activation_math.hpp>
+#include <tinfer/kv/kv_view.hpp>
+
+namespace tinfer::kernels {
+
+// One sequence's chunk of queries, at positions first_position .. first_position + queries - 1,
+// whose keys and values are already in the view. Query row i, head h at q + i*q_stride +
+// h*head_dim; the output the same way in `out`.
+struct AttentionChunk {
+    int first_position = 0;
+    int queries = 0;
+    float const* q = nullptr;  // [queries][heads * head_dim] with row stride q_stride
+    std::size_t q_stride = 0;
+    float* out = nullptr;  // [queries][heads * head_dim] with row stride out_stride
+    std::size_t out_stride = 0;
+};
+
+// sliding_window: 0 attends to every earlier position; W > 0 lets a query at p see keys
+// p - W + 1 .. p (W tokens, itself included), as Mistral's window.
+template <int head_dim, int group_size, int sliding_window = 0>
+struct Attention {
+    static_assert(head_dim > 0 && head_dim % 2 == 0, "Attention head_dim must be positive, even");
+    static_assert(group_size > 0, "Attention group_size must be positive");
+    static_assert(sliding_window >= 0, "Attention sliding_window must be 0 (off) or positive");
+
+    // Keys per tile: a K tile and a V tile of 16 KiB each, whatever head_dim, so both stay in L1.
+    static constexpr int kv_tile = std::max(8, 4096 / head_dim);
+    // Queries per task: about 64 (query, head) states of head_dim floats, also L1 sized.
+    static constexpr int query_block = std::max(1, 64 / group_size);
+    static constexpr int state_rows = query_block * group_size;
+    // Softmax in base 2: exp(s / sqrt(d)) = exp2(s * log2(e) / sqrt(d)).
+    static constexpr float score_scale =
+        static_cast<float>(std::numbers::log2e / constexpr_sqrt(head_dim));
+
+    // Per-thread scratch: K tile, V tile, one tile of scores, and the block's softmax states.
+    static constexpr std::size_t scratch_floats =
+        2 * static_cast<std::size_t>(kv_tile) * head_dim + kv_tile +
+        static_cast<std::size_t>(state_rows) * (head_dim + 2);
+
+    // Tasks that `attend_block` splits a chunk into, per KV head.
+    static constexpr int blocks(int queries) { return (queries + query_block - 1) / query_block; }
+
+    // Queries [block * query_block, ...) of the chunk, the group of query heads of `kv_head`.
+    // Precondition (check_cached checks it; this runs inside parallel regions, which cannot
+    // throw): the view caches every position up to the chunk's last query.
+    template <kv::KvView View>
+    static void attend_block(View const& view, int kv_head, AttentionChunk const& chunk, int block,
+                             float* scratch) {
+        int const q_begin = block * query_block;
+        int const q_end = std::min(chunk.queries, q_begin + query_block);
+        int const count = q_end - q_begin;
+        int const first_query = chunk.first_position + q_begin;
+        int const last_query = chunk.first_position + q_end - 1;
+        float* keys = scratch;                            // [kv_tile][head_dim]
+        float* values = keys + kv_tile * head_dim;        // [kv_tile][head_dim]
+        float* scores = values + kv_tile * head_dim;      // [kv_tile]
+        float* outputs = scores + kv_tile;                // [state_rows][head_dim]
+        float* maxima = outputs + state_rows * head_dim;  // [state_rows]
+        float* sums = maxima + state_rows;                // [state_rows]
+        for (int row = 0; row < count * group_size; ++row) {
+            maxima[row] = negative_infinity;
+            sums[row] = 0;
+            std::fill_n(outputs + row * head_dim, head_dim, 0.0f);
+        }
+
+        int const first_key =
+            sliding_window > 0 ? std::max(0, first_query - sliding_window + 1) : 0;
+        for (int tile = first_key / kv_tile * kv_tile; tile <= last_query; tile += kv_tile) {
+            int const tile_keys = std::min(kv_tile, last_query + 1 - tile);
+            view.load_keys(kv_head, tile, tile_keys, keys);
+            view.load_values(kv_head, tile, tile_keys, values);
+            for (int i = 0; i < count; ++i) {
+                int const position = first_query + i;
+                // This query's keys within the tile, tile-relative and inclusive.
+                int const window_start = sliding_window > 0 ? position - sliding_window + 1 : 0;
+                int const lo = std::max(tile, window_start) - tile;
+                int const hi = std::min(tile_keys - 1, position - tile);
+                if (lo > hi) continue;
+                float const* q_row = chunk.q +
+                                     static_cast<std::size_t>(q_begin + i) * chunk.q_stride +
+                                     static_cast<std::size_t>(kv_head) * group_size * head_dim;
+                for (int g = 0; g < group_size; ++g) {
+                    int const row = i * group_size + g;
+                    update(q_row + g * head_dim, keys, values, lo, hi, scores, maxima[row],
+                           sums[row], outputs + row * head_dim);
+                }
+            }
+        }
+
+        for (int i = 0; i < count; ++i) {
+            float* out_row = chunk.out + static_cast<std::size_t>(q_begin + i) * chunk.out_stride +
+                             static_cast<std::size_t>(kv_head) * group_size * head_dim;
+            for (int g = 0; g < group_size; ++g) {
+                int const row = i * group_size + g;
+                float const inverse_sum = 1.0f / sums[row];
+                float const* acc = outputs + row * head_dim;
+#pragma omp simd
+                for (int d = 0; d < head_dim; ++d) out_row[g * head_dim + d] = acc[d] * inverse_sum;
+            }
+        }
+    }
+
+    // Every KV head and query block of one chunk, spread over `threads`; scratch holds
+    // threads * scratch_floats floats.
+    template <kv::KvView View>
+    static void attend(View const& view, int kv_heads, AttentionChunk const& chunk, int threads,
+                       std::span<float> scratch) {
+        require_scratch(scratch, threads);
+        check_cached(view, chunk);
+        int const per_head = blocks(chunk.queries);
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+        for (int task = 0; task < kv_heads * per_head; ++task) {
+            float* mine =
+                scratch.data() + scratch_floats * static_cast<std::size_t>(omp_get_thread_num());
+            attend_block(view, task / per_head, chunk, task % per_head, mine);
+        }
+    }
+
+    template <kv::KvView View>
+    static void check_cached(View const& view, AttentionChunk const& chunk) {
+        int const last_query = chunk.first_position + chunk.queries - 1;
+        if (chunk.first_position < 0 || view.tokens() <= last_query) {
+            throw Error("attention: the view caches " + std::to_string(view.tokens()) +
+                        " positions, the query at position " + std::to_string(last_query) +
+                        " needs its own key and value cached first");
+        }
+    }
+
+    static void require_scratch(std::span<float> scratch, int threads) {
+        if (scratch.size() < scratch_floats * static_cast<std::size_t>(threads)) {
+            throw Error("attention: scratch holds " + std::to_string(scratch.size()) +
+                        " floats, needs " + std::to_string(scratch_floats * threads));
+        }
+    }
+
+  private:
+    // Folds keys lo..hi of the tile into one query head's online softmax state.
+    static void update(float const* q, float const* keys, float const* values, int lo, int hi,
+                       float* scores, float& maximum, float& sum, float* acc) {
+        float tile_maximum = negative_infinity;
+        for (int j = lo; j <= hi; ++j) {
+            scores[j] = dot<head_dim>(q, keys + j * head_dim) * score_scale;
+            tile_maximum = std::max(tile_maximum, scores[j]);
+        }
+        float const new_maximum = std::max(maximum, tile_maximum);
+        // Rescales what was accumulated against the old maximum; exp2(-inf) = 0 on the first tile.
+        float const correction = std::exp2(maximum - new_maximum);
+#pragma omp simd
+        for (int d = 0; d < head_dim; ++d) acc[d] *= correction;
+        float tile_sum = 0;
+        for (int j = lo; j <= hi; ++j) {
+            float const p = std::exp2(scores[j] - new_maximum);
+            tile_sum += p;
+            float const* v = values + j * head_dim;
+#pragma omp simd
+            for (int d = 0; d < head_dim; ++d) acc[d] += p * v[d];
+        }
+        sum = sum * correction + tile_sum;
+        maximum = new_maximum;
+    }
+};
+
+}  // namespace tinfer::kernels

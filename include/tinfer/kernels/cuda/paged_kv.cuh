@@ -1,0 +1,135 @@
+#pragma once
+// One layer of a paged KV cache as the device kernels read it. The bytes are laid out exactly as
+// kv::PagedKvCache lays out its host storage, so blocks move between host and device (swap) as
+// plain byte copies:
+//   block:  [layers][K, V][kv_heads][block_size][vector bytes]
+//   vector: one token of one KV head, encoded by the cache's kv::KvCodec.
+// A sequence's block table maps its logical blocks to physical ones; the kernels take the
+// tables of a batch as one [seqs][table_stride] array of block ids.
+//
+// KvReader<Codec, HeadDim> decodes a run of a vector's elements with wide loads; it computes
+// what Codec::decode computes (the same conversion, then the same multiply by the stored scale).
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include <tinfer/core/int_quant.hpp>
+#include <tinfer/kernels/cuda/element.cuh>
+#include <tinfer/kv/codec.hpp>
+
+namespace tinfer::kernels::cuda {
+
+struct PagedKvLayer {
+    std::byte* storage = nullptr;       // [blocks][block_bytes], device memory
+    std::size_t block_bytes = 0;        // bytes of one block, every layer included
+    std::size_t key_offset = 0;         // where this layer's K vectors start inside a block
+    std::size_t value_offset = 0;       // where this layer's V vectors start inside a block
+    int block_size = 0;                 // tokens per block
+    int const* block_tables = nullptr;  // [seqs][table_stride] physical block ids
+    int table_stride = 0;
+
+    __device__ std::byte* vector(std::size_t part_offset, std::size_t vector_bytes, int seq,
+                                 int kv_head, int position) const {
+        int const block =
+            block_tables[static_cast<std::size_t>(seq) * table_stride + position / block_size];
+        int const slot = position % block_size;
+        return storage + static_cast<std::size_t>(block) * block_bytes + part_offset +
+               (static_cast<std::size_t>(kv_head) * block_size + slot) * vector_bytes;
+    }
+};
+
+// The layer view of a kv::PagedKvCache type's device mirror: same constants, same offsets.
+template <class Cache>
+PagedKvLayer paged_kv_layer(std::byte* device_storage, int layer, int const* device_block_tables,
+                            int table_stride) {
+    constexpr std::size_t layer_bytes = Cache::layer_token_bytes * Cache::block_size;
+    std::size_t const key_offset = static_cast<std::size_t>(layer) * layer_bytes;
+    return PagedKvLayer{
+        .storage = device_storage,
+        .block_bytes = Cache::bytes_per_block,
+        .key_offset = key_offset,
+        .value_offset = key_offset + static_cast<std::size_t>(Cache::config.kv_heads) *
+                                         Cache::block_size * Cache::key_vector_bytes,
+        .block_size = Cache::block_size,
+        .block_tables = device_block_tables,
+        .table_stride = table_stride,
+    };
+}
+
+template <class Codec, int HeadDim>
+struct KvReader;
+
+// Codecs that store elements without a scale: f32, f16, bf16.
+template <DType T, int HeadDim>
+struct PlainKvReader {
+    using Storage = StorageOf<T>;
+    static constexpr int elements = elements_per_vector<T>;
+    static constexpr std::size_t vector_bytes = HeadDim * sizeof(Storage);
+    static_assert(HeadDim % elements == 0,
+                  "KvReader: head_dim must be a multiple of the load width");
+
+    // out = elements first .. first+elements-1 of the vector at `vector`.
+    __device__ static void load(std::byte const* vector, int first, float (&out)[elements]) {
+        load_floats<T, elements>(reinterpret_cast<Storage const*>(vector) + first, out);
+    }
+};
+
+template <int HeadDim>
+struct KvReader<kv::Fp32Codec, HeadDim> : PlainKvReader<DType::f32, HeadDim> {};
+template <int HeadDim>
+struct KvReader<kv::Fp16Codec, HeadDim> : PlainKvReader<DType::f16, HeadDim> {};
+template <int HeadDim>
+struct KvReader<kv::Bf16Codec, HeadDim> : PlainKvReader<DType::bf16, HeadDim> {};
+
+// Codecs that store [float scale][HeadDim one-byte codes]: FP8 and int8. Vectors are 4 + HeadDim
+// bytes, so codes are only 4-byte aligned: they are loaded 4 at a time.
+template <int HeadDim, class DecodeCode>
+struct ScaledByteKvReader {
+    static constexpr int elements = 8;
+    static constexpr int word_bytes = 4;
+    static constexpr std::size_t vector_bytes = sizeof(float) + HeadDim;
+    static_assert(HeadDim % elements == 0, "KvReader: head_dim must be a multiple of 8");
+
+    __device__ static void load(std::byte const* vector, int first, float (&out)[elements]) {
+        float const scale = *reinterpret_cast<float const*>(vector);
+        auto const* words = reinterpret_cast<std::uint32_t const*>(vector + sizeof(float) + first);
+#pragma unroll
+        for (int w = 0; w < elements / word_bytes; ++w) {
+            std::uint32_t const word = words[w];
+#pragma unroll
+            for (int b = 0; b < word_bytes; ++b) {
+                auto const code = static_cast<std::uint8_t>(word >> (8 * b));
+                out[w * word_bytes + b] = DecodeCode::decode(code, scale);
+            }
+        }
+    }
+};
+
+template <DType T>
+struct Fp8CodeDecoder {
+    __device__ static float decode(std::uint8_t code, float scale) {
+        return Element<T>::to_float(code) * scale;
+    }
+};
+struct Int8CodeDecoder {
+    __device__ static float decode(std::uint8_t code, float scale) {
+        return dequantize_int8(static_cast<std::int8_t>(code), scale);
+    }
+};
+
+template <int HeadDim>
+struct KvReader<kv::Fp8E4M3Codec, HeadDim>
+    : ScaledByteKvReader<HeadDim, Fp8CodeDecoder<DType::fp8_e4m3>> {};
+template <int HeadDim>
+struct KvReader<kv::Fp8E5M2Codec, HeadDim>
+    : ScaledByteKvReader<HeadDim, Fp8CodeDecoder<DType::fp8_e5m2>> {};
+template <int HeadDim>
+struct KvReader<kv::Int8Codec, HeadDim> : ScaledByteKvReader<HeadDim, Int8CodeDecoder> {};
+
+// Codecs the device attention kernels read; the reader's layout must be the codec's.
+template <class Codec, int HeadDim>
+concept DeviceKvCodec = kv::KvCodec<Codec, HeadDim> && requires {
+    KvReader<Codec, HeadDim>::elements;
+} && KvReader<Codec, HeadDim>::vector_bytes == Codec::template vector_bytes<HeadDim>;
+
+}  // namespace tinfer::kernels::cuda

@@ -1,0 +1,28 @@
+#pragma once
+// RMS normalisation of each row: out = x / sqrt(mean(x^2) + eps) * weight, as Llama applies it
+// before attention, before the FFN and before the output projection. Rows are independent and
+// each row's sum of squares uses kernels::dot's fixed order, so results are batch invariant.
+#include <cmath>
+#include <cstddef>
+
+#include <tinfer/kernels/activation_math.hpp>
+
+namespace tinfer::kernels {
+
+// x, out: [rows][width] (out may alias x); weight: [width].
+template <int width>
+void rmsnorm(float const* x, float const* weight, float eps, int rows, float* out,
+             int threads = 1) {
+    static_assert(width > 0, "rmsnorm width must be positive");
+#pragma omp parallel for num_threads(threads) schedule(static) if (rows > 1)
+    for (int row = 0; row < rows; ++row) {
+        float const* in = x + static_cast<std::size_t>(row) * width;
+        float* result = out + static_cast<std::size_t>(row) * width;
+        float const mean_square = sum_of_squares<width>(in) / static_cast<float>(width);
+        float const scale = 1.0f / std::sqrt(mean_square + eps);
+#pragma omp simd
+        for (int k = 0; k < width; ++k) result[k] = in[k] * scale * weight[k];
+    }
+}
+
+}  // namespace tinfer::kernels

@@ -1,0 +1,55 @@
+#pragma once
+// Rotary position embedding on ADJACENT pairs (x[2i], x[2i+1]), the layout GGUF's converter
+// gives attn_q/attn_k: pair i at position p turns by theta = p * base^(-2i/head_dim).
+//
+// The angles and their cos/sin are computed in double and rounded once to float, so the table
+// is as exact as float storage allows even at positions in the hundreds of thousands (a float
+// angle p * inv_freq loses whole radians there). One table per forward pass serves every layer
+// and head; rotating a pair is then 2 products and a sum each, per row independent (batch
+// invariant).
+#include <cmath>
+#include <cstddef>
+
+namespace tinfer::kernels {
+
+// cos_sin: [rows][head_dim / 2][2] (cos, sin) for the angle of each pair at positions[row].
+template <int head_dim>
+void rope_table(double base, int const* positions, int rows, float* cos_sin) {
+    static_assert(head_dim % 2 == 0, "RoPE head_dim must be even: it rotates pairs");
+    constexpr int pairs = head_dim / 2;
+    double inverse_frequency[pairs];
+    for (int i = 0; i < pairs; ++i) inverse_frequency[i] = std::pow(base, -2.0 * i / head_dim);
+    for (int row = 0; row < rows; ++row) {
+        float* out = cos_sin + static_cast<std::size_t>(row) * head_dim;
+        for (int i = 0; i < pairs; ++i) {
+            double const angle = static_cast<double>(positions[row]) * inverse_frequency[i];
+            out[2 * i] = static_cast<float>(std::cos(angle));
+            out[2 * i + 1] = static_cast<float>(std::sin(angle));
+        }
+    }
+}
+
+// Rotates `heads` heads of each row in place: x row r at x + r * row_stride, head h at
+// + h * head_dim; cos_sin as rope_table made it for the same rows.
+template <int head_dim>
+void apply_rope(float* x, int rows, int heads, std::size_t row_stride, float const* cos_sin,
+                int threads = 1) {
+    constexpr int pairs = head_dim / 2;
+#pragma omp parallel for num_threads(threads) schedule(static) if (rows > 16)
+    for (int row = 0; row < rows; ++row) {
+        float const* table = cos_sin + static_cast<std::size_t>(row) * head_dim;
+        for (int head = 0; head < heads; ++head) {
+            float* v = x + static_cast<std::size_t>(row) * row_stride +
+                       static_cast<std::size_t>(head) * head_dim;
+#pragma omp simd
+            for (int i = 0; i < pairs; ++i) {
+                float const c = table[2 * i], s = table[2 * i + 1];
+                float const x0 = v[2 * i], x1 = v[2 * i + 1];
+                v[2 * i] = x0 * c - x1 * s;
+                v[2 * i + 1] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+}  // namespace tinfer::kernels

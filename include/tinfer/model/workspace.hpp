@@ -1,0 +1,82 @@
+#pragma once
+// Every buffer one forward pass needs, sized once for a maximum number of tokens per step, so
+// the decode loop allocates nothing.
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include <tinfer/config/model_config.hpp>
+#include <tinfer/config/validate.hpp>
+#include <tinfer/core/error.hpp>
+#include <tinfer/kernels/attention.hpp>
+#include <tinfer/kernels/linear.hpp>
+
+namespace tinfer::model {
+
+template <ModelConfig Cfg>
+using AttentionFor = kernels::Attention<Cfg.head_dim, Cfg.group_size(), Cfg.sliding_window>;
+
+// One task of a step's attention: a query block of one chunk for one KV head.
+struct AttentionTask {
+    int chunk;
+    int kv_head;
+    int block;
+    std::size_t first_row;  // the chunk's first row in the step's activations
+};
+
+template <ModelConfig Cfg>
+requires ModelShape<Cfg>
+class Workspace {
+  public:
+    // max_tokens: most tokens (rows) one forward call takes, all chunks together; threads: the
+    // OpenMP threads every kernel runs on.
+    Workspace(int max_tokens, int threads) : max_tokens_(max_tokens), threads_(threads) {
+        if (max_tokens <= 0) throw Error("Workspace: max_tokens must be positive");
+        if (threads <= 0) throw Error("Workspace: threads must be positive");
+        auto const rows = static_cast<std::size_t>(max_tokens);
+        hidden.resize(rows * Cfg.hidden);
+        normed.resize(rows * Cfg.hidden);
+        q.resize(rows * Cfg.q_width());
+        k.resize(rows * Cfg.kv_width());
+        v.resize(rows * Cfg.kv_width());
+        attended.resize(rows * Cfg.q_width());
+        gate.resize(rows * Cfg.ffn);
+        up.resize(rows * Cfg.ffn);
+        rope.resize(rows * Cfg.head_dim);
+        positions.resize(rows);
+        slots.resize(rows);
+        logit_rows.resize(rows);
+        // At most one chunk per token, each split into query blocks per KV head.
+        tasks.reserve(rows * Cfg.kv_heads);
+        std::size_t const per_thread = std::max(
+            {kernels::linear_scratch_floats(std::max(Cfg.hidden, Cfg.ffn)),
+             kernels::linear_scratch_floats(Cfg.q_width()), AttentionFor<Cfg>::scratch_floats});
+        scratch.resize(per_thread * static_cast<std::size_t>(threads));
+    }
+
+    int max_tokens() const { return max_tokens_; }
+    int threads() const { return threads_; }
+
+    // Activations, row-major over the step's tokens (chunks in order).
+    std::vector<float> hidden;    // [tokens][hidden], the residual stream
+    std::vector<float> normed;    // [tokens][hidden]
+    std::vector<float> q;         // [tokens][heads * head_dim]
+    std::vector<float> k;         // [tokens][kv_heads * head_dim]
+    std::vector<float> v;         // [tokens][kv_heads * head_dim]
+    std::vector<float> attended;  // [tokens][heads * head_dim]
+    std::vector<float> gate;      // [tokens][ffn]
+    std::vector<float> up;        // [tokens][ffn]
+    std::vector<float> rope;      // [tokens][head_dim / 2][2]
+    std::vector<int> positions;   // [tokens]
+    std::vector<int> slots;       // [tokens]
+    std::vector<int> logit_rows;  // [logit rows]: the token row each logit row comes from
+    std::vector<AttentionTask> tasks;
+    std::vector<float> scratch;  // [threads][per-thread kernel scratch]
+
+  private:
+    int max_tokens_;
+    int threads_;
+};
+
+}  // namespace tinfer::model

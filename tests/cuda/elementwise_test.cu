@@ -1,0 +1,222 @@
+// Device RMSNorm, RoPE, SwiGLU, embedding and quantized linear against the host kernels, on
+// fresh seeded random inputs at SmolLM2-135M's sizes.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <tinfer/config/presets.hpp>
+#include <tinfer/kernels/cuda/embedding.cuh>
+#include <tinfer/kernels/cuda/linear.cuh>
+#include <tinfer/kernels/cuda/rmsnorm.cuh>
+#include <tinfer/kernels/cuda/rope.cuh>
+#include <tinfer/kernels/cuda/swiglu.cuh>
+#include <tinfer/kernels/embedding.hpp>
+#include <tinfer/kernels/linear.hpp>
+#include <tinfer/kernels/rmsnorm.hpp>
+#include <tinfer/kernels/rope.hpp>
+#include <tinfer/kernels/swiglu.hpp>
+
+#include "cuda_testing.cuh"
+
+namespace {
+
+using namespace tinfer;
+using namespace tinfer::cuda_testing;
+using kernels::cuda::DeviceBuffer;
+
+constexpr ModelConfig model = presets::smollm2_135m;
+// Below any difference the kernels can make; bounds are relative, this only avoids 0/0.
+constexpr double tiny = 1e-30;
+
+void test_rmsnorm(Checker& checker, std::mt19937_64& rng) {
+    constexpr int rows = 7;
+    auto const x = random_floats(rng, rows * model.hidden, -3, 3);
+    auto const weight = random_floats(rng, model.hidden, 0.5f, 1.5f);
+    float const eps = static_cast<float>(model.norm_eps);
+    std::vector<float> expected(x.size());
+    kernels::rmsnorm<model.hidden>(x.data(), weight.data(), eps, rows, expected.data());
+
+    DeviceBuffer<float> const dx(x), dweight(weight);
+    auto out = poisoned_floats(x.size());
+    kernels::cuda::rmsnorm<model.hidden>(dx.data(), dweight.data(), eps, rows, out.data());
+    // Each side: sum of squares within hidden * eps, then a square root (halves it), a
+    // reciprocal and two products of a few eps each.
+    double const rtol = (model.hidden + 16) * float_epsilon;
+    checker.expect_within(max_scaled_error(out.to_host(), expected, tiny, rtol),
+                          "rmsnorm hidden 576");
+}
+
+void test_rope(Checker& checker, std::mt19937_64& rng) {
+    constexpr int head_dim = model.head_dim;
+    constexpr int rows = 9;
+    std::vector<int> positions(rows);
+    std::uniform_int_distribution<int> position(0,
+                                                200000);  // far beyond the context: stresses angles
+    for (int& p : positions) p = position(rng);
+    positions[0] = 0;
+    int const heads = model.heads;
+    auto const x = random_floats(rng, static_cast<std::size_t>(rows) * heads * head_dim);
+
+    std::vector<float> table(static_cast<std::size_t>(rows) * head_dim);
+    kernels::rope_table<head_dim>(model.rope_base, positions.data(), rows, table.data());
+    std::vector<float> expected = x;
+    kernels::apply_rope<head_dim>(expected.data(), rows, heads,
+                                  static_cast<std::size_t>(heads) * head_dim, table.data());
+
+    DeviceBuffer<int> const dpositions(positions);
+    auto dtable = poisoned_floats(table.size());
+    kernels::cuda::rope_table<head_dim>(model.rope_base, dpositions.data(), rows, dtable.data());
+    // Both sides form the angle in double (pow and the product within a few double ulps of the
+    // angle's size) and round cos and sin once to float: they differ by at most one float ulp
+    // plus the double error, which matters only where cos or sin is near zero.
+    std::vector<double> table_bound(table.size());
+    for (int r = 0; r < rows; ++r)
+        for (int i = 0; i < head_dim / 2; ++i) {
+            double const angle = positions[r] * std::pow(model.rope_base, -2.0 * i / head_dim);
+            double const angle_error = 8 * std::numeric_limits<double>::epsilon() * (angle + 1);
+            for (int k = 0; k < 2; ++k) {
+                std::size_t const at = static_cast<std::size_t>(r) * head_dim + 2 * i + k;
+                table_bound[at] = float_epsilon * std::abs(table[at]) + angle_error + tiny;
+            }
+        }
+    auto const device_table = dtable.to_host();
+    checker.expect_within(max_scaled_error(device_table, table, table_bound), "rope table");
+
+    DeviceBuffer<float> dx(x);
+    kernels::cuda::apply_rope<head_dim>(dx.data(), rows, heads,
+                                        static_cast<std::size_t>(heads) * head_dim, dtable.data());
+    // x0 c - x1 s: two products and a sum (3 roundings) per side, plus the tables' difference.
+    std::vector<double> bound(x.size());
+    for (std::size_t i = 0; i < x.size(); i += 2) {
+        std::size_t const row = i / (static_cast<std::size_t>(heads) * head_dim);
+        std::size_t const pair = i % head_dim;
+        std::size_t const at = row * head_dim + pair;
+        double const table_difference = std::max(std::abs(device_table[at] - table[at]),
+                                                 std::abs(device_table[at + 1] - table[at + 1]));
+        double const magnitude = std::abs(x[i]) + std::abs(x[i + 1]);
+        bound[i] = bound[i + 1] = (8 * float_epsilon + table_difference) * magnitude + tiny;
+    }
+    checker.expect_within(max_scaled_error(dx.to_host(), expected, bound),
+                          "rope head_dim 64, 9 heads");
+}
+
+void test_swiglu(Checker& checker, std::mt19937_64& rng) {
+    constexpr std::size_t n = 5 * model.ffn + 3;  // not a multiple of anything
+    auto const gate = random_floats(rng, n, -20, 20);
+    auto const up = random_floats(rng, n, -2, 2);
+    std::vector<float> expected(n);
+    kernels::swiglu(gate.data(), up.data(), n, expected.data());
+    DeviceBuffer<float> const dgate(gate), dup(up);
+    auto out = poisoned_floats(n);
+    kernels::cuda::swiglu(dgate.data(), dup.data(), n, out.data());
+    // exp within 2 ulp on the device, 1 on the host; a sum, a quotient and a product.
+    checker.expect_within(max_scaled_error(out.to_host(), expected, tiny, 8 * float_epsilon),
+                          "swiglu");
+}
+
+// A [rows][cols] matrix of random weights in encoding W, as bytes.
+template <DType W>
+std::vector<std::byte> random_weights(std::mt19937_64& rng, int rows, int cols) {
+    auto const values = random_floats(rng, static_cast<std::size_t>(rows) * cols);
+    std::vector<std::byte> bytes(static_cast<std::size_t>(rows) * kernels::row_bytes<W>(cols));
+    if constexpr (W == DType::f32) {
+        std::memcpy(bytes.data(), values.data(), bytes.size());
+    } else if constexpr (W == DType::f16 || W == DType::bf16) {
+        for (std::size_t i = 0; i < values.size(); ++i) {
+            std::uint16_t const bits =
+                W == DType::f16 ? float_to_f16_bits(values[i]) : float_to_bf16_bits(values[i]);
+            std::memcpy(bytes.data() + i * sizeof bits, &bits, sizeof bits);
+        }
+    } else {
+        using Block = quant::BlockOfT<W>;
+        auto* blocks = reinterpret_cast<Block*>(bytes.data());
+        for (std::size_t b = 0; b < values.size() / Block::elements; ++b)
+            quant::quantize_block(values.data() + b * Block::elements, blocks[b]);
+    }
+    return bytes;
+}
+
+template <DType W>
+void test_embedding(Checker& checker, std::mt19937_64& rng) {
+    constexpr int vocab = 1000;  // a slice of the real table is enough to test the gather
+    auto const table = random_weights<W>(rng, vocab, model.hidden);
+    std::vector<std::int32_t> tokens = {0, vocab - 1, 17, 17, 512};
+    std::uniform_int_distribution<std::int32_t> token(0, vocab - 1);
+    for (int i = 0; i < 11; ++i) tokens.push_back(token(rng));
+    kernels::WeightMatrix const host_table{W, vocab, model.hidden, table.data()};
+    std::vector<float> expected(tokens.size() * model.hidden);
+    kernels::embedding<W>(host_table, tokens, expected.data());
+
+    DeviceBuffer<std::byte> const dtable(table);
+    DeviceBuffer<std::int32_t> const dtokens(tokens);
+    auto out = poisoned_floats(expected.size());
+    kernels::WeightMatrix const device_table{W, vocab, model.hidden, dtable.data()};
+    kernels::cuda::embedding<W, model.hidden>(device_table, dtokens.data(),
+                                              static_cast<int>(tokens.size()), out.data());
+    // Dequantization is exact arithmetic on both sides: bitwise equal.
+    auto const result = out.to_host();
+    bool const equal =
+        std::memcmp(result.data(), expected.data(), expected.size() * sizeof(float)) == 0;
+    checker.expect(equal, std::string("embedding ") + std::string(name_of(W)) + " bitwise");
+    if (equal) std::printf("ok: embedding %s bitwise\n", std::string(name_of(W)).c_str());
+}
+
+template <DType W, int In>
+void test_linear(Checker& checker, std::mt19937_64& rng, int outputs, int tokens) {
+    auto const weights = random_weights<W>(rng, outputs, In);
+    auto const x = random_floats(rng, static_cast<std::size_t>(tokens) * In);
+    kernels::WeightMatrix const host_w{W, outputs, In, weights.data()};
+    std::vector<float> expected(static_cast<std::size_t>(tokens) * outputs);
+    kernels::linear<W>(host_w, x.data(), tokens, expected.data());
+
+    // Bound per output: a float sum of In products is within In * eps * sum |w x| of the exact
+    // value on either side (worst case, whatever the order), so they differ by at most twice it.
+    std::vector<float> row(In);
+    std::vector<double> bound(expected.size());
+    for (int o = 0; o < outputs; ++o) {
+        kernels::dequantize_row<W>(kernels::row_pointer<W>(host_w, o), In, row.data());
+        for (int t = 0; t < tokens; ++t) {
+            double magnitude = 0;
+            for (int k = 0; k < In; ++k)
+                magnitude +=
+                    std::abs(static_cast<double>(row[k]) * x[static_cast<std::size_t>(t) * In + k]);
+            bound[static_cast<std::size_t>(t) * outputs + o] =
+                2 * In * float_epsilon * magnitude + tiny;
+        }
+    }
+
+    DeviceBuffer<std::byte> const dweights(weights);
+    DeviceBuffer<float> const dx(x);
+    auto y = poisoned_floats(expected.size());
+    kernels::WeightMatrix const device_w{W, outputs, In, dweights.data()};
+    kernels::cuda::linear<W, In>(device_w, dx.data(), tokens, y.data());
+    checker.expect_within(max_scaled_error(y.to_host(), expected, bound),
+                          "linear " + std::string(name_of(W)) + " in " + std::to_string(In) +
+                              " out " + std::to_string(outputs) + " tokens " +
+                              std::to_string(tokens));
+}
+
+}  // namespace
+
+int main() {
+    return run_device_tests("cuda_elementwise_test", [](Checker& checker) {
+        auto rng = seeded_rng(test_seed());
+        test_rmsnorm(checker, rng);
+        test_rope(checker, rng);
+        test_swiglu(checker, rng);
+        test_embedding<DType::q8_0>(checker, rng);
+        test_embedding<DType::f16>(checker, rng);
+        test_embedding<DType::f32>(checker, rng);
+        // Decode (warp per row: 1 and 5 tokens) and prefill (tiled GEMM: 77 tokens, ragged
+        // tiles on both axes), for each legacy block format at SmolLM2's attention/FFN sizes.
+        for (int tokens : {1, 5, 77}) {
+            test_linear<DType::q4_0, model.hidden>(checker, rng, model.ffn + 8, tokens);
+            test_linear<DType::q4_1, model.hidden>(checker, rng, model.kv_width(), tokens);
+            test_linear<DType::q8_0, model.hidden>(checker, rng, model.hidden + 3, tokens);
+        }
+    });
+}

@@ -1,0 +1,190 @@
+// Tiled online-softmax attention against naive float64 softmax attention, and its batch
+// invariance: a query's output is bitwise the same in a chunk, alone, and on any thread count.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include <tinfer/kernels/attention.hpp>
+#include <tinfer/kv/kv_view.hpp>
+
+#include "testing.hpp"
+
+namespace tt = tinfer::testing;
+namespace k = tinfer::kernels;
+
+namespace {
+
+constexpr double eps32 = std::numeric_limits<float>::epsilon();
+
+// A KV view over plain vectors: independent of the library's caches.
+template <int head_dim>
+struct VectorView {
+    std::vector<float> keys, values;  // [kv_heads][tokens][head_dim]
+    int cached = 0;
+    int tokens() const { return cached; }
+    void load_keys(int kv_head, int first, int count, float* out) const {
+        load(keys, kv_head, first, count, out);
+    }
+    void load_values(int kv_head, int first, int count, float* out) const {
+        load(values, kv_head, first, count, out);
+    }
+    void load(std::vector<float> const& from, int kv_head, int first, int count, float* out) const {
+        BOOST_REQUIRE(first >= 0 && first + count <= cached);
+        std::copy_n(from.data() + (static_cast<std::size_t>(kv_head) * cached + first) * head_dim,
+                    static_cast<std::size_t>(count) * head_dim, out);
+    }
+};
+static_assert(tinfer::kv::KvView<VectorView<64>>);
+
+template <int head_dim, int group, int window>
+struct Case {
+    using Kernel = k::Attention<head_dim, group, window>;
+    static constexpr int kv_heads = 2;
+    static constexpr int heads = kv_heads * group;
+    static constexpr std::size_t width = static_cast<std::size_t>(heads) * head_dim;
+
+    VectorView<head_dim> view;
+    std::vector<float> q;  // [queries][heads][head_dim], row stride `width`
+
+    std::vector<float> run(int first_position, int queries, int threads,
+                           float const* q_rows) const {
+        std::vector<float> out(static_cast<std::size_t>(queries) * width);
+        tt::poison(std::span<float>(out));
+        std::vector<float> scratch(Kernel::scratch_floats * threads);
+        k::AttentionChunk const chunk{first_position, queries, q_rows, width, out.data(), width};
+        Kernel::attend(view, kv_heads, chunk, threads, scratch);
+        return out;
+    }
+};
+
+// Bound of one output element o_d = sum_j p_j v_jd. A score s_j = q.k_j / sqrt(d) is off by at
+// most delta = (d + 2) u sum_i |q_i k_ji| / sqrt(d) (the dot, the scale constant and the
+// product), which moves p_j relatively by at most 2 delta (its own and the normaliser's share).
+// exp2 adds 2 u, the subtraction of the running maximum |s| u, each tile's rescale u, the sums
+// over n keys n u each and the final division u. So |o_d - ref_d| <= (2 delta + (2n + 2 tiles +
+// max|s| log2(e) + 4) u) sum_j p_j |v_jd|; we allow twice that (eps for u).
+template <int head_dim, int group, int window>
+double reference_error(Case<head_dim, group, window> const& c, int first_position, int queries,
+                       std::vector<float> const& out) {
+    using C = Case<head_dim, group, window>;
+    double worst = 0;
+    for (int i = 0; i < queries; ++i) {
+        int const position = first_position + i;
+        int const lo = window > 0 ? std::max(0, position - window + 1) : 0;
+        int const n = position - lo + 1;
+        int const tiles = position / C::Kernel::kv_tile - lo / C::Kernel::kv_tile + 1;
+        for (int h = 0; h < C::heads; ++h) {
+            int const kv_head = h / group;
+            float const* q = c.q.data() + (first_position + i) * C::width + h * head_dim;
+            std::vector<double> scores(n);
+            double delta = 0, max_score = -1e300, max_abs_score = 0;
+            for (int j = 0; j < n; ++j) {
+                float const* key =
+                    c.view.keys.data() +
+                    (static_cast<std::size_t>(kv_head) * c.view.cached + lo + j) * head_dim;
+                double dot = 0, magnitude = 0;
+                for (int d = 0; d < head_dim; ++d) {
+                    dot += double(q[d]) * key[d];
+                    magnitude += std::abs(double(q[d]) * key[d]);
+                }
+                scores[j] = dot / std::sqrt(double(head_dim));
+                delta = std::max(delta,
+                                 (head_dim + 2) * eps32 * magnitude / std::sqrt(double(head_dim)));
+                max_score = std::max(max_score, scores[j]);
+                max_abs_score = std::max(max_abs_score, std::abs(scores[j]));
+            }
+            double total = 0;
+            for (double& s : scores) total += (s = std::exp(s - max_score));
+            double const rtol =
+                2 * delta + (2.0 * n + 2 * tiles + max_abs_score * 1.4427 + 4) * eps32;
+            for (int d = 0; d < head_dim; ++d) {
+                double ref = 0, magnitude = 0;
+                for (int j = 0; j < n; ++j) {
+                    double const v =
+                        c.view.values[(static_cast<std::size_t>(kv_head) * c.view.cached + lo + j) *
+                                          head_dim +
+                                      d];
+                    ref += scores[j] / total * v;
+                    magnitude += scores[j] / total * std::abs(v);
+                }
+                double const got = out[i * C::width + h * head_dim + d];
+                if (std::isnan(got)) return std::numeric_limits<double>::infinity();
+                worst = std::max(worst, std::abs(got - ref) / (rtol * magnitude));
+            }
+        }
+    }
+    return worst;
+}
+
+// A cache of `cached` positions and queries for all of them; checks a prefill from position 0,
+// a chunk after a cached prefix, and a decode, then batch invariance.
+template <int head_dim, int group, int window>
+void check_attention(std::uint64_t seed) {
+    using C = Case<head_dim, group, window>;
+    BOOST_TEST_MESSAGE("head_dim " << head_dim << " group " << group << " window " << window);
+    auto rng = tt::seeded_rng(seed);
+    C c;
+    c.view.cached = 301;
+    std::size_t const kv_floats = static_cast<std::size_t>(C::kv_heads) * c.view.cached * head_dim;
+    // Scores of a few units, so the softmax is neither flat nor one-hot.
+    c.view.keys = tt::random_floats(rng, kv_floats, -2, 2);
+    c.view.values = tt::random_floats(rng, kv_floats, -1, 1);
+    c.q = tt::random_floats(rng, c.view.cached * C::width, -2, 2);
+
+    struct Chunk {
+        int first_position, queries;
+    };
+    for (Chunk const chunk : {Chunk{0, 150}, Chunk{200, 37}, Chunk{300, 1}}) {
+        float const* q_rows = c.q.data() + chunk.first_position * C::width;
+        std::vector<float> const out = c.run(chunk.first_position, chunk.queries, 2, q_rows);
+        double const error = reference_error(c, chunk.first_position, chunk.queries, out);
+        BOOST_TEST(error <= 1.0, "chunk at " << chunk.first_position << " of " << chunk.queries
+                                             << ": worst scaled error " << error);
+
+        std::vector<float> const one_thread = c.run(chunk.first_position, chunk.queries, 1, q_rows);
+        BOOST_TEST(std::memcmp(one_thread.data(), out.data(), out.size() * sizeof(float)) == 0);
+        for (int i = 0; i < chunk.queries; i += 7) {
+            std::vector<float> const alone =
+                c.run(chunk.first_position + i, 1, 1, q_rows + i * C::width);
+            BOOST_TEST(
+                std::memcmp(alone.data(), out.data() + i * C::width, C::width * sizeof(float)) == 0,
+                "query at " << chunk.first_position + i << " alone differs from its chunk");
+        }
+    }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(attention)
+
+BOOST_AUTO_TEST_CASE(smollm2_shape_gqa_3) {
+    check_attention<64, 3, 0>(1);
+}
+BOOST_AUTO_TEST_CASE(multi_head_group_1) {
+    check_attention<32, 1, 0>(2);
+}
+BOOST_AUTO_TEST_CASE(gqa_group_8_head_dim_128) {
+    check_attention<128, 8, 0>(3);
+}
+BOOST_AUTO_TEST_CASE(sliding_window) {
+    check_attention<64, 3, 37>(4);
+    check_attention<16, 2, 100>(5);
+}
+
+BOOST_AUTO_TEST_CASE(refuses_a_query_whose_key_is_not_cached) {
+    VectorView<32> view;
+    view.cached = 4;
+    view.keys.assign(4 * 32, 0.5f);
+    view.values.assign(4 * 32, 0.5f);
+    std::vector<float> q(32, 0.1f), out(32);
+    std::vector<float> scratch(k::Attention<32, 1>::scratch_floats);
+    k::AttentionChunk const chunk{4, 1, q.data(), 32, out.data(), 32};
+    BOOST_CHECK_THROW((k::Attention<32, 1>::attend(view, 1, chunk, 1, scratch)), tinfer::Error);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,181 @@
+// rmsnorm, rope, swiglu, embedding and the vectorizable f16 decoding against float64 references.
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include <tinfer/core/half.hpp>
+#include <tinfer/kernels/embedding.hpp>
+#include <tinfer/kernels/rmsnorm.hpp>
+#include <tinfer/kernels/rope.hpp>
+#include <tinfer/kernels/swiglu.hpp>
+#include <tinfer/kernels/weight_matrix.hpp>
+
+#include "testing.hpp"
+#include "weights_for_tests.hpp"
+
+namespace tt = tinfer::testing;
+namespace k = tinfer::kernels;
+using tinfer::DType;
+
+namespace {
+
+constexpr double eps32 = std::numeric_limits<float>::epsilon();
+
+// Relative error bound of rmsnorm: the sum of squares of n terms carries at most (n + 1) u of
+// relative error (u = eps/2), the mean, + eps, sqrt (halves what it is given, then rounds) and
+// the reciprocal add 4 more roundings, and x * scale * weight 2 more: (n + 1)/2 + 6 u in all. We
+// allow (n/2 + 7) eps, about twice that.
+template <int width>
+void check_rmsnorm(std::uint64_t seed, int rows, float eps) {
+    auto rng = tt::seeded_rng(seed);
+    std::vector<float> const x =
+        tt::random_floats(rng, static_cast<std::size_t>(rows) * width, -3, 3);
+    std::vector<float> const weight = tt::random_floats(rng, width, 0.5f, 2.0f);
+    std::vector<float> out(x.size());
+    tt::poison(std::span<float>(out));
+    k::rmsnorm<width>(x.data(), weight.data(), eps, rows, out.data(), 2);
+
+    std::vector<double> ref(x.size());
+    for (int r = 0; r < rows; ++r) {
+        double sum = 0;
+        for (int i = 0; i < width; ++i) sum += double(x[r * width + i]) * x[r * width + i];
+        double const scale = 1.0 / std::sqrt(sum / width + double(eps));
+        for (int i = 0; i < width; ++i) ref[r * width + i] = x[r * width + i] * scale * weight[i];
+    }
+    double const rtol = (width / 2.0 + 7) * eps32;
+    BOOST_TEST(tt::scaled_error(std::span<float const>(out), std::span<double const>(ref), 1e-30,
+                                rtol) <= 1.0);
+
+    // In place gives the same bits.
+    std::vector<float> in_place = x;
+    k::rmsnorm<width>(in_place.data(), weight.data(), eps, rows, in_place.data(), 1);
+    BOOST_TEST(std::memcmp(in_place.data(), out.data(), out.size() * sizeof(float)) == 0);
+}
+
+// Bound of one rotated element x0 c - x1 s against float64 with exact angles: c and s are the
+// double cos/sin rounded once (u each), each product rounds once and the sum once, so
+// |error| <= 3 u (|x0| + |x1|) + u |result| <= 4 u (|x0| + |x1|); we allow 4 eps (|x0| + |x1|).
+template <int head_dim>
+void check_rope(std::uint64_t seed, double base) {
+    auto rng = tt::seeded_rng(seed);
+    std::vector<int> const positions = {0, 1, 2, 17, 511, 8191, 100000, 1 << 20};
+    int const rows = static_cast<int>(positions.size()), heads = 3;
+    std::size_t const stride = heads * head_dim + 5;  // rows wider than the heads they hold
+    std::vector<float> const x = tt::random_floats(rng, rows * stride, -2, 2);
+    std::vector<float> table(static_cast<std::size_t>(rows) * head_dim);
+    tt::poison(std::span<float>(table));
+    k::rope_table<head_dim>(base, positions.data(), rows, table.data());
+    std::vector<float> out = x;
+    k::apply_rope<head_dim>(out.data(), rows, heads, stride, table.data(), 2);
+
+    double worst = 0;
+    for (int r = 0; r < rows; ++r) {
+        for (int h = 0; h < heads; ++h) {
+            for (int i = 0; i < head_dim / 2; ++i) {
+                double const theta = positions[r] * std::pow(base, -2.0 * i / head_dim);
+                std::size_t const at = r * stride + h * head_dim + 2 * i;
+                double const x0 = x[at], x1 = x[at + 1];
+                double const ref0 = x0 * std::cos(theta) - x1 * std::sin(theta);
+                double const ref1 = x0 * std::sin(theta) + x1 * std::cos(theta);
+                double const bound = 4 * eps32 * (std::abs(x0) + std::abs(x1));
+                worst = std::max({worst, std::abs(out[at] - ref0) / bound,
+                                  std::abs(out[at + 1] - ref1) / bound});
+                if (std::isnan(out[at]) || std::isnan(out[at + 1]))
+                    worst = std::numeric_limits<double>::infinity();
+            }
+        }
+        // The padding after the heads is not touched.
+        for (std::size_t pad = heads * head_dim; pad < stride; ++pad)
+            BOOST_TEST(out[r * stride + pad] == x[r * stride + pad]);
+    }
+    BOOST_TEST(worst <= 1.0, "worst scaled error " << worst);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(elementwise)
+
+BOOST_AUTO_TEST_CASE(f16_branchless_equals_reference_for_all_bits) {
+    int mismatches = 0;
+    for (std::uint32_t bits = 0; bits <= 0xffffu; ++bits) {
+        float const a = k::f16_to_float_branchless(static_cast<std::uint16_t>(bits));
+        float const b = tinfer::f16_bits_to_float(static_cast<std::uint16_t>(bits));
+        if (std::bit_cast<std::uint32_t>(a) != std::bit_cast<std::uint32_t>(b)) ++mismatches;
+    }
+    BOOST_TEST(mismatches == 0);
+}
+
+BOOST_AUTO_TEST_CASE(rmsnorm_matches_reference) {
+    check_rmsnorm<576>(10, 7, 1e-5f);
+    check_rmsnorm<40>(11, 3, 1e-6f);
+    check_rmsnorm<4096>(12, 2, 1e-5f);
+}
+
+BOOST_AUTO_TEST_CASE(rope_matches_reference_on_adjacent_pairs) {
+    check_rope<64>(20, 100000.0);
+    check_rope<128>(21, 10000.0);
+    check_rope<16>(22, 500000.0);
+}
+
+// silu(g) * up: expf is within 1 ulp, then 1 + e, the quotient and the product round once each;
+// the relative error of e^-g reaches the result scaled by e^-g / (1 + e^-g) <= 1. About 5 u in
+// all; we allow 4 eps.
+BOOST_AUTO_TEST_CASE(swiglu_matches_reference) {
+    auto rng = tt::seeded_rng(30);
+    std::size_t const n = 3 * 1536 + 7;
+    std::vector<float> const gate = tt::random_floats(rng, n, -12, 12);
+    std::vector<float> const up = tt::random_floats(rng, n, -3, 3);
+    std::vector<float> out(n);
+    tt::poison(std::span<float>(out));
+    k::swiglu(gate.data(), up.data(), n, out.data(), 2);
+    std::vector<double> ref(n);
+    for (std::size_t i = 0; i < n; ++i)
+        ref[i] = gate[i] / (1.0 + std::exp(-double(gate[i]))) * up[i];
+    BOOST_TEST(tt::scaled_error(std::span<float const>(out), std::span<double const>(ref), 1e-30,
+                                4 * eps32) <= 1.0);
+}
+
+// Every encoding's values are exact in float, so the gathered rows equal the decoded table.
+template <DType T>
+void check_embedding(std::uint64_t seed, int vocab, int width) {
+    auto rng = tt::seeded_rng(seed);
+    tt::TestWeights const table = tt::make_weights<T>(rng, vocab, width);
+    std::vector<std::int32_t> tokens = {0, vocab - 1, 5, 5, 17};
+    std::uniform_int_distribution<std::int32_t> pick(0, vocab - 1);
+    for (int i = 0; i < 20; ++i) tokens.push_back(pick(rng));
+    std::vector<float> out(tokens.size() * width);
+    tt::poison(std::span<float>(out));
+    k::embedding<T>(table.matrix, tokens, out.data());
+    int mismatches = 0;
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+        for (int j = 0; j < width; ++j) {
+            double const ref = table.decoded[static_cast<std::size_t>(tokens[i]) * width + j];
+            if (out[i * width + j] != ref) ++mismatches;
+        }
+    }
+    BOOST_TEST(mismatches == 0);
+
+    std::vector<float> any(out.size());
+    k::embedding_any(table.matrix, tokens, any.data());
+    BOOST_TEST(std::memcmp(any.data(), out.data(), out.size() * sizeof(float)) == 0);
+
+    std::vector<std::int32_t> const bad = {1, vocab};
+    BOOST_CHECK_THROW(k::embedding<T>(table.matrix, bad, out.data()), tinfer::RequestError);
+    std::vector<std::int32_t> const negative = {-1};
+    BOOST_CHECK_THROW(k::embedding<T>(table.matrix, negative, out.data()), tinfer::RequestError);
+}
+
+BOOST_AUTO_TEST_CASE(embedding_gathers_exact_rows) {
+    check_embedding<DType::q8_0>(40, 300, 576);
+    check_embedding<DType::f16>(41, 50, 40);
+    check_embedding<DType::f32>(42, 50, 64);
+    check_embedding<DType::q4_1>(43, 50, 64);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
