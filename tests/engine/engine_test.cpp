@@ -3,6 +3,7 @@
 // arrivals, aborts and a pool small enough to force preemption every request ends exactly once
 // and the KV pool is empty afterwards.
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -217,4 +218,25 @@ BOOST_AUTO_TEST_CASE(stop_strings_and_metrics) {
     BOOST_TEST(json.str().find("\"finish_reason\":\"stop_string\"") != std::string::npos);
 }
 
+// A request whose own settings leave nothing to sample ends with an error; the requests
+// beside it in the batch are not disturbed.
+BOOST_AUTO_TEST_CASE(a_request_that_cannot_sample_ends_alone) {
+    Engine<Model, Continuous> engine(model_file(), {.kv_budget_bytes = 32ull << 20, .threads = 1});
+    GenerationRequest banned;
+    banned.prompt_tokens = {1, 2, 3, 4};
+    banned.max_tokens = 4;
+    for (std::int32_t t = 0; t < presets::smollm2_135m.vocab; ++t)
+        banned.sampling.logit_bias.emplace_back(t, -std::numeric_limits<float>::infinity());
+    GenerationRequest normal;
+    normal.prompt_tokens = {1, 2, 3, 4};
+    normal.max_tokens = 4;
+    normal.ignore_eos = true;
+    normal.sampling.temperature = 0;
+    auto const results = engine.generate({banned, normal});
+    BOOST_TEST(!results[0].error.empty());
+    BOOST_TEST((results[0].finish == FinishReason::aborted));
+    BOOST_TEST(results[1].error.empty());
+    BOOST_TEST(results[1].tokens.size() == 4u);
+    BOOST_TEST(engine.cache().live_sequences() == 0);
+}
 BOOST_AUTO_TEST_SUITE_END()

@@ -6,6 +6,11 @@
 // pass over a mixed batch of prefill chunks and decodes, samples, streams text to each request's
 // callback, and reports back to the scheduler.
 //
+// Speculative decoding (docs/speculative.md) is per request: a request with draft_tokens = γ > 0
+// asks the engine's Drafter for up to γ tokens whenever it decodes; its work item becomes
+// [last token, drafts...] with logits for every row, verified by spec::verify_drafts. It shares
+// the pass with requests that do not speculate.
+//
 //   step():  inbox (submit/abort from any thread)
 //              -> scheduler.schedule(kv capacity)          [sched/, no tensors]
 //              -> rejected / preempted / swapped_in / reserve work   [kv/]
@@ -34,7 +39,9 @@
 
 #include <tinfer/core/backend.hpp>
 #include <tinfer/core/error.hpp>
+#include <tinfer/engine/drafters.hpp>
 #include <tinfer/engine/output_stream.hpp>
+#include <tinfer/engine/speculative.hpp>
 #include <tinfer/engine/stop_conditions.hpp>
 #include <tinfer/format/chat_template.hpp>
 #include <tinfer/format/gguf.hpp>
@@ -77,6 +84,10 @@ struct GenerationRequest {
     kernels::SamplingParams sampling;
     int priority = 0;
     std::uint32_t tenant = 0;
+    // γ: draft tokens verified per decode step; 0 decodes one token per step. Greedy output is
+    // unchanged by it; sampled output keeps its distribution (not its exact tokens). Needs
+    // sampling.logprobs off: verification does not compute the log-probabilities.
+    int draft_tokens = 0;
 };
 
 // What a request's callback receives, once per generated token; the last event has `finish`.
@@ -90,6 +101,7 @@ struct TokenEvent {
     std::vector<kernels::TokenLogprob> top_logprobs;
     std::optional<FinishReason> finish;
     std::string error;
+    spec::SpeculationStats speculation;  // the request's totals, on the event with `finish`
 };
 
 using TokenCallback = std::function<void(TokenEvent const&)>;
@@ -102,13 +114,21 @@ struct Completion {
     std::string text;
     FinishReason finish = FinishReason::aborted;
     std::string error;
+    spec::SpeculationStats speculation;  // zero for a request without draft_tokens
 };
 
-template <class Model, class Scheduler, class Backend = Host, class Kv = PagedKv<>>
+// The default drafter: prompt lookup over 3- down to 1-token suffixes. A Drafter here is one
+// object serving every request, so it must keep no per-sequence state (ModelDrafter does).
+using DefaultDrafter = spec::PromptLookupDrafter<3, 1>;
+
+template <class Model, class Scheduler, class Backend = Host, class Kv = PagedKv<>,
+          class Drafter = DefaultDrafter>
 class Engine {
     static_assert(std::same_as<Backend, Host>,
                   "Engine: the serving loop runs on the Host backend; the CUDA kernels are used "
                   "through tinfer::kernels::cuda directly");
+    static_assert(spec::Drafter<Drafter>,
+                  "Engine's 5th parameter must satisfy tinfer::spec::Drafter");
 
   public:
     static constexpr ModelConfig config = Model::config;
@@ -129,6 +149,11 @@ class Engine {
                      options.threads > 0 ? options.threads : omp_get_num_procs()),
           sampling_(config.vocab),
           logits_(static_cast<std::size_t>(step_rows(options)) * config.vocab) {}
+
+    Engine(gguf::File file, EngineOptions options, Drafter drafter)
+        : Engine(std::move(file), options) {
+        drafter_ = std::move(drafter);
+    }
 
     Engine(Engine const&) = delete;
     Engine& operator=(Engine const&) = delete;
@@ -171,6 +196,10 @@ class Engine {
 
         std::vector<sched::StepOutcome> outcomes = run(plan.work);
         std::vector<RequestId> const ended = scheduler_.on_step_done(outcomes);
+        for (auto& [id, error] : failed_) {
+            finish_without_token(id, FinishReason::aborted, std::move(error));
+        }
+        failed_.clear();
         for (RequestId const id : ended) retire(id, /*keep_prefix=*/true);
         record_step(plan);
         return scheduler_.has_work() || inbox_pending();
@@ -202,6 +231,7 @@ class Engine {
                 out.text += e.text;
                 if (e.finish) out.finish = *e.finish;
                 if (!e.error.empty()) out.error = e.error;
+                if (e.finish) out.speculation = e.speculation;
             });
         }
         run_until_idle();
@@ -211,6 +241,11 @@ class Engine {
     tok::Tokenizer const& tokenizer() const { return tokenizer_; }
     tok::ChatTemplate const& chat_template() const { return chat_; }
     sched::MetricsRecorder const& metrics() const { return metrics_; }
+    // For long-running loops: hands over the finished requests' metrics and forgets them.
+    std::vector<sched::RequestMetrics> take_finished_metrics() { return metrics_.take_finished(); }
+    // Speculation over every request so far: a round is one decode pass of a request with
+    // draft_tokens > 0 (with or without drafts that step).
+    spec::SpeculationStats const& speculation_stats() const { return speculation_totals_; }
     Cache const& cache() const { return cache_; }
     Scheduler const& scheduler() const { return scheduler_; }
     std::size_t live_requests() const { return live_.size(); }
@@ -237,6 +272,7 @@ class Engine {
         int seq = -1;                       // its sequence in the KV cache while it holds one
         std::vector<std::byte> swapped;     // its KV blocks while swapped to the host
         int swapped_tokens = 0;
+        spec::SpeculationStats speculation;
 
         int max_context() const { return static_cast<int>(prompt.size()) + request.max_tokens; }
     };
@@ -296,6 +332,15 @@ class Engine {
                                " tokens needs more KV blocks than the whole cache holds (" +
                                std::to_string(cache_.capacity_tokens()) + " tokens)");
         kernels::validate(request.sampling, config.vocab);
+        if (request.draft_tokens < 0 || request.draft_tokens >= step_rows(options_))
+            throw RequestError("draft_tokens must be in [0, " +
+                               std::to_string(step_rows(options_) - 1) + "], got " +
+                               std::to_string(request.draft_tokens));
+        if (request.draft_tokens > 0 &&
+            (request.sampling.logprobs || request.sampling.top_logprobs > 0))
+            throw RequestError(
+                "draft_tokens needs sampling.logprobs and top_logprobs off: verification does "
+                "not compute log-probabilities");
         validate(StopConditions{.max_new_tokens = request.max_tokens,
                                 .stop_token_ids = request.stop_token_ids,
                                 .stop_strings = request.stop,
@@ -440,6 +485,47 @@ class Engine {
             static_cast<std::size_t>(first), static_cast<std::size_t>(end - first));
     }
 
+    // A speculating work item's round: its drafts and the tokens it runs, [last token, drafts].
+    struct Round {
+        bool decoding = false;  // a decode of a request with draft_tokens > 0: counts as a round
+        spec::DraftProposal proposal;
+        std::vector<std::int32_t> tokens;  // empty: no drafts this step, run as a plain decode
+    };
+
+    // Drafts for a work item that decodes (the cache holds all of its context but the last
+    // token) and reserves their KV. Runs after every planned reservation, so the drafts only
+    // take blocks the plan left free; when none are left the item runs without drafts.
+    void draft(sched::ScheduledWork const& w, Live& r, std::span<std::int32_t const> tokens,
+               int first, Round& round) {
+        round.tokens.clear();
+        int const generated = static_cast<int>(r.output.tokens().size());
+        // The first token comes from the prompt's pass (even when the prefix cache left only the
+        // prompt's last token to run): rounds start with the second.
+        round.decoding =
+            r.request.draft_tokens > 0 && w.samples_token && tokens.size() == 1 && generated > 0;
+        if (!round.decoding) return;
+        // A round appends drafts + 1 tokens: never draft past max_tokens, nor past one pass.
+        int const wanted = std::min({r.request.draft_tokens, r.request.max_tokens - generated - 1,
+                                     workspace_.max_tokens() - 1});
+        if (wanted <= 0) return;
+        spec::SequenceView const sequence{
+            .tokens = r.context, .prompt_length = r.prompt.size(), .request_id = 0};
+        drafter_.propose({.sequence = sequence, .max_drafts = wanted, .params = r.request.sampling},
+                         round.proposal);
+        if (round.proposal.empty()) return;
+        int const drafts = round.proposal.size();
+        if (drafts > wanted)
+            throw std::logic_error("Engine: the drafter proposed " + std::to_string(drafts) +
+                                   " tokens, more than the " + std::to_string(wanted) + " asked");
+        if (!cache_.reserve(r.seq, first + 1 + drafts)) {
+            round.proposal.clear();
+            return;
+        }
+        round.tokens.push_back(tokens.front());
+        auto const proposed = round.proposal.tokens().first(static_cast<std::size_t>(drafts));
+        round.tokens.insert(round.tokens.end(), proposed.begin(), proposed.end());
+    }
+
     // Runs the plan's work as forward passes of at most the workspace's rows (one pass when the
     // plan fits), then samples for the items that reach the end of their context.
     std::vector<sched::StepOutcome> run(std::vector<sched::ScheduledWork> const& work) {
@@ -447,13 +533,29 @@ class Engine {
             std::size_t work_index;
             SequenceChunk chunk;
         };
-        std::vector<Piece> pieces;
         int const rows_per_pass = workspace_.max_tokens();
+        std::vector<std::span<std::int32_t const>> tokens_of(work.size());
+        std::vector<int> first_of(work.size(), 0);
+        for (std::size_t i = 0; i < work.size(); ++i) {
+            metrics_.on_scheduled(work[i].id);
+            tokens_of[i] = prepare(work[i], live_.at(work[i].id), first_of[i]);
+        }
+        rounds_.resize(std::max(rounds_.size(), work.size()));
+        for (std::size_t i = 0; i < work.size(); ++i)
+            draft(work[i], live_.at(work[i].id), tokens_of[i], first_of[i], rounds_[i]);
+
+        std::vector<Piece> pieces;
         for (std::size_t i = 0; i < work.size(); ++i) {
             Live& r = live_.at(work[i].id);
-            metrics_.on_scheduled(work[i].id);
-            int first = 0;
-            auto tokens = prepare(work[i], r, first);
+            int first = first_of[i];
+            if (!rounds_[i].tokens.empty()) {
+                pieces.push_back({i, SequenceChunk{.slot = r.seq,
+                                                   .first_position = first,
+                                                   .tokens = rounds_[i].tokens,
+                                                   .all_logits = true}});
+                continue;
+            }
+            auto tokens = tokens_of[i];
             // A chunk longer than a pass is split; only its last piece's logits are used.
             while (!tokens.empty()) {
                 auto const n =
@@ -466,7 +568,8 @@ class Engine {
             }
         }
 
-        // Passes: consecutive pieces while their rows fit; each piece returns one logits row.
+        // Passes: consecutive pieces while their rows fit; each piece returns one logits row, a
+        // speculating one a row per token.
         std::vector<std::vector<float>> logits_of_work(work.size());
         for (std::size_t begin = 0; begin < pieces.size();) {
             std::size_t end = begin;
@@ -479,12 +582,17 @@ class Engine {
             std::vector<SequenceChunk> chunks;
             for (std::size_t p = begin; p < end; ++p) chunks.push_back(pieces[p].chunk);
             model_.forward(chunks, cache_, workspace_, logits_);
+            std::size_t row = 0;
             for (std::size_t p = begin; p < end; ++p) {
                 std::size_t const w = pieces[p].work_index;
+                std::size_t const piece_rows =
+                    pieces[p].chunk.all_logits ? pieces[p].chunk.tokens.size() : 1;
+                auto const first_row = std::span<float const>(logits_).subspan(
+                    row * config.vocab, piece_rows * config.vocab);
+                row += piece_rows;
                 if (!work[w].samples_token) continue;
-                auto const row = std::span<float const>(logits_).subspan((p - begin) * config.vocab,
-                                                                         config.vocab);
-                logits_of_work[w].assign(row.begin(), row.end());  // the latest piece wins
+                logits_of_work[w].assign(first_row.begin(),
+                                         first_row.end());  // the latest piece wins
             }
             begin = end;
         }
@@ -495,9 +603,73 @@ class Engine {
             Live& r = live_.at(work[i].id);
             if (logits_of_work[i].empty())
                 throw std::logic_error("Engine: a sampling work item produced no logits");
-            outcomes.push_back(sample(work[i].id, r, logits_of_work[i]));
+            try {
+                if (!rounds_[i].tokens.empty()) {
+                    outcomes.push_back(
+                        verify(work[i].id, r, first_of[i] + 1, rounds_[i], logits_of_work[i]));
+                    continue;
+                }
+                if (rounds_[i].decoding) record_round(r, 0, 0, 1);
+                outcomes.push_back(sample(work[i].id, r, logits_of_work[i]));
+            } catch (RequestError const& e) {
+                // This request's settings leave nothing to sample (every token banned, say):
+                // it ends with the error, the others go on.
+                failed_.emplace_back(work[i].id, e.what());
+                outcomes.push_back({.id = work[i].id, .tokens_generated = 1, .finished = true});
+            }
         }
         return outcomes;
+    }
+
+    void record_round(Live& r, int drafted, int accepted, int tokens) {
+        for (spec::SpeculationStats* stats : {&r.speculation, &speculation_totals_}) {
+            ++stats->rounds;
+            stats->drafted += drafted;
+            stats->accepted += accepted;
+            stats->tokens_generated += tokens;
+        }
+    }
+
+    // Verifies a round of a sequence of `length` tokens (the cache held length - 1 before it),
+    // streams its tokens and rolls the cache back to the kept ones. A stop condition may end the
+    // request mid-round: the tokens after it are dropped.
+    sched::StepOutcome verify(RequestId id, Live& r, int length, Round& round,
+                              std::span<float const> logits) {
+        int const drafts = static_cast<int>(round.tokens.size()) - 1;
+        spec::DraftProposal const& proposal = round.proposal;
+        spec::SequenceView const sequence{
+            .tokens = r.context, .prompt_length = r.prompt.size(), .request_id = 0};
+        spec::Verdict const verdict =
+            spec::verify_drafts(sequence, proposal, logits, r.request.sampling, speculative_);
+        std::vector<std::int32_t> kept;
+        spec::append_round_tokens(kept, proposal, verdict);
+
+        int fed = 0;
+        std::optional<FinishReason> finish;
+        std::vector<TokenEvent> events;
+        for (std::int32_t const token : kept) {
+            OutputStream::Step emitted = r.output.accept(token);
+            r.context.push_back(token);
+            ++fed;
+            events.push_back({.id = id,
+                              .token = token,
+                              .text = std::move(emitted.text),
+                              .finish = emitted.finish});
+            if (emitted.finish) {
+                finish = emitted.finish;
+                break;
+            }
+        }
+        // Position length + i holds draft i; only the accepted drafts that were also streamed
+        // belong to the context.
+        cache_.truncate(r.seq, length + std::min(verdict.accepted_drafts, fed));
+        record_round(r, drafts, verdict.accepted_drafts, fed);
+        for (TokenEvent& event : events) {
+            if (event.finish) event.speculation = r.speculation;
+            metrics_.on_token(id);
+            if (r.callback) r.callback(event);
+        }
+        return {.id = id, .tokens_generated = fed, .finished = finish.has_value()};
     }
 
     sched::StepOutcome sample(RequestId id, Live& r, std::span<float const> logits) {
@@ -514,6 +686,7 @@ class Engine {
         r.context.push_back(sampled.token);
         event.text = std::move(emitted.text);
         event.finish = emitted.finish;
+        if (event.finish) event.speculation = r.speculation;
         metrics_.on_token(id);
         if (r.callback) r.callback(event);
         return {.id = id, .tokens_generated = 1, .finished = emitted.finish.has_value()};
@@ -540,7 +713,12 @@ class Engine {
     Scheduler scheduler_;
     Capacity capacity_{this};
     std::unordered_map<RequestId, Live> live_;
+    std::vector<std::pair<RequestId, std::string>> failed_;  // ended by an error this step
     sched::MetricsRecorder metrics_;
+    Drafter drafter_{};
+    std::vector<Round> rounds_;  // per work item of the current step, reused across steps
+    spec::SpeculativeWorkspace speculative_{config.vocab};
+    spec::SpeculationStats speculation_totals_;
 
     mutable std::mutex inbox_mutex_;
     std::condition_variable inbox_ready_;

@@ -119,6 +119,13 @@ class MetricsRecorder {
     }
 
     std::vector<RequestMetrics> const& finished() const { return done_; }
+    // Hands over the finished requests' records and forgets them, so a server that runs for
+    // days keeps a bounded history; the run summary keeps counting.
+    std::vector<RequestMetrics> take_finished() {
+        std::vector<RequestMetrics> out;
+        out.swap(done_);
+        return out;
+    }
 
     RunSummary summary() const {
         RunSummary s = summary_;
