@@ -127,6 +127,12 @@ class Engine {
     static_assert(std::same_as<Backend, Host>,
                   "Engine: the serving loop runs on the Host backend; the CUDA kernels are used "
                   "through tinfer::kernels::cuda directly");
+    // Token eviction compacts a sequence's cache between steps (kv retain_slots, model
+    // first_cache_slot); the engine does not drive that yet, and a scheduler that sizes KV by
+    // an eviction policy's bound would reserve less than the engine writes.
+    static_assert(std::same_as<typename Scheduler::eviction_policy, sched::NoEviction>,
+                  "Engine: the scheduler's EvictionPolicy must be NoEviction; eviction policies "
+                  "run on the model and cache directly (tests/model_ext/eviction_perplexity)");
     static_assert(spec::Drafter<Drafter>,
                   "Engine's 5th parameter must satisfy tinfer::spec::Drafter");
 
