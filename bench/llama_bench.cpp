@@ -33,6 +33,7 @@ struct Options {
     int batch = 16;
     int repetitions = 3;
     bool roofline = true;
+    std::string precision = "int8";
 };
 
 struct Stats {
@@ -49,8 +50,18 @@ Stats stats_of(std::vector<double> values) {
             values.size() > 1 ? std::sqrt(variance / (values.size() - 1)) : 0.0};
 }
 
+// Parameters of the model's matrices and norms (the tied embedding counted once), as llama-bench
+// reports them.
 template <tinfer::ModelConfig Cfg>
-void run(tinfer::gguf::File const& file, Options const& options, double model_gib) {
+double parameters() {
+    double const per_layer = double(Cfg.hidden) * (2.0 * Cfg.q_width() + 2.0 * Cfg.kv_width()) +
+                             3.0 * Cfg.hidden * Cfg.ffn + 2.0 * Cfg.hidden;
+    return double(Cfg.vocab) * Cfg.hidden + Cfg.layers * per_layer + Cfg.hidden;
+}
+
+template <tinfer::ModelConfig Cfg, class Precision>
+void run(tinfer::gguf::File const& file, Options const& options, double model_gib,
+         std::vector<double> const& read_gbps) {
     using namespace tinfer;
     auto const model = Llama<Cfg>::bind(file);
     std::mt19937 rng(42);
@@ -58,21 +69,31 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
     int const context = options.prompt_tokens + options.generated_tokens;
     std::vector<float> logits(static_cast<std::size_t>(options.batch) * Cfg.vocab);
 
-    std::printf("| %-28s | %9s | %7s | %-11s | %16s | %14s |\n", "model", "size", "threads", "test",
-                "t/s", "weights GB/s");
-    std::printf("| %-28s | %9s | %7s | %-11s | %16s | %14s |\n", "----", "----", "----", "----",
-                "----", "----");
-    for (int const threads : options.threads) {
+    // llama-bench's columns, then the achieved weight-read rate and its share of the measured
+    // read bandwidth (decode reads every weight once per step).
+    std::printf("| %-28s | %10s | %8s | %-8s | %7s | %-11s | %16s | %9s | %9s |\n", "model", "size",
+                "params", "backend", "threads", "test", "t/s", "GB/s", "% of BW");
+    std::printf("| %-28s | %10s | %8s | %-8s | %7s | %-11s | %16s | %9s | %9s |\n", "---",
+                "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:");
+    double const params_m = parameters<Cfg>() / 1e6;
+    std::vector<double> ratios;  // batched decode over single-sequence decode, per thread count
+    for (std::size_t ti = 0; ti < options.threads.size(); ++ti) {
+        int const threads = options.threads[ti];
         typename Llama<Cfg>::Workspace ws(std::max(options.prompt_tokens, options.batch), threads);
         kv::ContiguousKvCache<Cfg> cache(options.batch, context);
         auto const row = [&](std::string const& test, Stats s, double gbps) {
             char rate[64];
             std::snprintf(rate, sizeof rate, "%.2f ± %.2f", s.median, s.stddev);
-            char bw[32] = "";
-            if (gbps > 0) std::snprintf(bw, sizeof bw, "%.1f", gbps);
-            std::printf("| %-28s | %5.1f MiB | %7d | %-11s | %16s | %14s |\n",
-                        "SmolLM2-135M-Instruct Q4_1", model_gib * 1024, threads, test.c_str(), rate,
-                        bw);
+            char bw[32] = "", share[32] = "";
+            if (gbps > 0) {
+                std::snprintf(bw, sizeof bw, "%.1f", gbps);
+                if (ti < read_gbps.size() && read_gbps[ti] > 0)
+                    std::snprintf(share, sizeof share, "%.0f%%", 100 * gbps / read_gbps[ti]);
+            }
+            std::string const backend = std::string("CPU ") + Precision::name;
+            std::printf("| %-28s | %6.2f MiB | %6.2f M | %-8s | %7d | %-11s | %16s | %9s | %9s |\n",
+                        "SmolLM2-135M-Instruct Q4_1", model_gib * 1024, params_m, backend.c_str(),
+                        threads, test.c_str(), rate, bw, share);
             std::fflush(stdout);
         };
 
@@ -83,8 +104,9 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
             for (auto& t : prompt) t = token(rng);
             cache.clear(0);
             SequenceChunk const chunk{.slot = 0, .first_position = 0, .tokens = prompt};
-            double const s = bench::median_seconds(
-                1, [&] { model.forward(std::span(&chunk, 1), cache, ws, logits); });
+            double const s = bench::median_seconds(1, [&] {
+                model.template forward<Precision>(std::span(&chunk, 1), cache, ws, logits);
+            });
             if (r > 0) rates.push_back(options.prompt_tokens / s);  // r == 0 warms up
         }
         row("pp" + std::to_string(options.prompt_tokens), stats_of(rates), 0);
@@ -98,7 +120,7 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
                 for (int i = 0; i < options.generated_tokens; ++i) {
                     SequenceChunk const chunk{
                         .slot = 0, .first_position = i, .tokens = std::span(&next, 1)};
-                    model.forward(std::span(&chunk, 1), cache, ws, logits);
+                    model.template forward<Precision>(std::span(&chunk, 1), cache, ws, logits);
                     next = static_cast<std::int32_t>(
                         std::max_element(logits.begin(), logits.begin() + Cfg.vocab) -
                         logits.begin());
@@ -123,13 +145,19 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
                     for (int b = 0; b < options.batch; ++b)
                         chunks[b] = {
                             .slot = b, .first_position = i, .tokens = std::span(&next[b], 1)};
-                    model.forward(chunks, cache, ws, logits);
+                    model.template forward<Precision>(chunks, cache, ws, logits);
                 }
             });
             if (r > 0) rates.push_back(double(steps) * options.batch / s);
         }
-        row("tg x" + std::to_string(options.batch), stats_of(rates), 0);
+        Stats const batched = stats_of(rates);
+        row("tg x" + std::to_string(options.batch), batched, 0);
+        ratios.push_back(batched.median / tg.median);
     }
+    for (std::size_t ti = 0; ti < ratios.size(); ++ti)
+        std::printf("\nbatched decode, %d thread(s): %d sequences give %.1fx the tokens/s of one",
+                    options.threads[ti], options.batch, ratios[ti]);
+    std::printf("\n");
 }
 
 }  // namespace
@@ -141,25 +169,43 @@ int main(int argc, char** argv) {
         std::string(home ? home : ".") + "/.cache/tinfer/models/SmolLM2-135M-Instruct.Q4_1.gguf";
     CLI::App app{"Prefill (ppN) and decode (tgN) speed, as llama-bench defines them"};
     app.add_option("-m,--model", options.model)->capture_default_str();
-    app.add_option("-t,--threads", options.threads, "Thread counts to test")->capture_default_str();
+    app.add_option("-t,--threads", options.threads, "Thread counts to test (1,2 or 1 2)")
+        ->delimiter(',')
+        ->capture_default_str();
     app.add_option("-p,--prompt", options.prompt_tokens)->capture_default_str();
     app.add_option("-n,--generate", options.generated_tokens)->capture_default_str();
     app.add_option("-b,--batch", options.batch, "Sequences in the batched decode test")
         ->capture_default_str();
     app.add_option("-r,--repetitions", options.repetitions)->capture_default_str();
     app.add_flag("!--no-roofline", options.roofline, "Skip measuring bandwidth and GEMM rate");
+    app.add_option("--precision", options.precision,
+                   "Activations: int8 (quantized per block of 32, as llama.cpp) or f32")
+        ->check(CLI::IsMember({"int8", "f32"}))
+        ->capture_default_str();
     CLI11_PARSE(app, argc, argv);
     try {
         auto const file = tinfer::gguf::File::open(options.model);
         double const model_gib = double(file.bytes().size()) / (1 << 30);
+        std::vector<double> read_gbps;
         if (options.roofline) {
-            for (int const t : options.threads)
+            for (int const t : options.threads) {
+                read_gbps.push_back(tinfer::bench::measured_read_gbps(t));
+                double const decode_ceiling = read_gbps.back() * 1e9 / double(file.bytes().size());
                 std::printf(
-                    "roofline, %d thread(s): read bandwidth %.1f GB/s, sgemm %.1f GFLOP/s\n", t,
-                    tinfer::bench::measured_read_gbps(t), tinfer::bench::measured_sgemm_gflops(t));
+                    "roofline, %d thread(s): read bandwidth %.1f GB/s (decode ceiling "
+                    "%.0f t/s for the %.1f MB file), sgemm %.1f GFLOP/s\n",
+                    t, read_gbps.back(), decode_ceiling, file.bytes().size() / 1e6,
+                    tinfer::bench::measured_sgemm_gflops(t));
+            }
         }
-        tinfer::with_preset<tinfer::presets::smollm2_135m>(
-            file, [&]<tinfer::ModelConfig Cfg>() { run<Cfg>(file, options, model_gib); });
+        tinfer::with_preset<tinfer::presets::smollm2_135m>(file, [&]<tinfer::ModelConfig Cfg>() {
+            if (options.precision == "int8") {
+                run<Cfg, tinfer::precision::Int8Activations>(file, options, model_gib, read_gbps);
+            } else {
+                run<Cfg, tinfer::precision::Float32Activations>(file, options, model_gib,
+                                                                read_gbps);
+            }
+        });
     } catch (std::exception const& e) {
         std::fprintf(stderr, "llama_bench: %s\n", e.what());
         return 1;

@@ -1,5 +1,9 @@
 // generate: streams SmolLM2's (or any compiled-in shape's) answer to a prompt, computed by
 // tinfer's own kernels on the CPU, then reports the timings on stderr.
+//
+// --tp N (a build with MPI, TINFER_WITH_MPI): tensor parallelism over the N ranks of
+//   mpirun --oversubscribe --allow-run-as-root -n N generate --tp N --prompt ...
+// Every rank computes its share of every layer; rank 0 samples and prints.
 #include <sys/resource.h>
 
 #include <atomic>
@@ -9,7 +13,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -22,7 +28,14 @@
 #include <tinfer/kernels/sampling.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/llama.hpp>
+#include <tinfer/model/parallel.hpp>
 #include <tinfer/model/with_preset.hpp>
+
+#ifdef TINFER_WITH_MPI
+#include <mpi.h>
+
+#include <tinfer/dist/mpi_communicator.hpp>
+#endif
 
 namespace {
 
@@ -38,6 +51,14 @@ struct Options {
     int prefill_chunk = 512;
     std::vector<std::string> stop;
     tinfer::kernels::SamplingParams sampling;
+    int tensor_parallel = 1;
+};
+
+// How the ranks of a tensor-parallel run agree: rank 0's sampled token goes to every rank
+// (their logits are the same, but a rank must never act on a token rank 0 did not print).
+struct Ranks {
+    bool prints = true;
+    void (*share_token)(std::int32_t&) = [](std::int32_t&) {};
 };
 
 std::filesystem::path default_model_path() {
@@ -51,8 +72,9 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
 }
 
-template <tinfer::ModelConfig Cfg>
-int run(tinfer::gguf::File const& file, Options const& options) {
+template <tinfer::ModelConfig Cfg, class Model>
+int run(tinfer::gguf::File const& file, Options const& options, Model const& model,
+        Ranks const& ranks = {}) {
     using namespace tinfer;
     tok::Tokenizer const tokenizer = tok::tokenizer_from_gguf(file);
     std::string text = options.prompt;
@@ -71,10 +93,9 @@ int run(tinfer::gguf::File const& file, Options const& options) {
                            " tokens; the model's context holds " + std::to_string(context));
     int const max_new = std::min(options.max_tokens, context - static_cast<int>(prompt.size()));
 
-    auto const model = Llama<Cfg>::bind(file);
     int const threads = options.threads > 0 ? options.threads : omp_get_num_procs();
-    typename Llama<Cfg>::Workspace workspace(options.prefill_chunk, threads);
-    kv::ContiguousKvCache<Cfg> cache(1, static_cast<int>(prompt.size()) + max_new);
+    typename Model::Workspace workspace(options.prefill_chunk, threads);
+    kv::ContiguousKvCache<Model::local_config> cache(1, static_cast<int>(prompt.size()) + max_new);
     kernels::SamplingWorkspace sampling_workspace(Cfg.vocab);
     std::vector<float> logits(Cfg.vocab);
     OutputStream output(
@@ -94,19 +115,21 @@ int run(tinfer::gguf::File const& file, Options const& options) {
     int position = static_cast<int>(prompt.size());
     for (std::uint32_t step = 0;; ++step) {
         kernels::TokenHistory const history{prompt, output.tokens()};
-        auto const sampled = kernels::sample_token(logits, options.sampling, history,
-                                                   /*request_id=*/0, step, sampling_workspace);
-        auto const emitted = output.accept(sampled.token);
+        std::int32_t token = kernels::sample_token(logits, options.sampling, history,
+                                                   /*request_id=*/0, step, sampling_workspace)
+                                 .token;
+        ranks.share_token(token);
+        auto const emitted = output.accept(token);
         if (step == 0) first_token_time = Clock::now();
-        std::cout << emitted.text << std::flush;
+        if (ranks.prints) std::cout << emitted.text << std::flush;
         if (emitted.finish || interrupted) break;
-        std::int32_t const token = sampled.token;
         SequenceChunk const chunk{
             .slot = 0, .first_position = position, .tokens = std::span(&token, 1)};
         model.forward(std::span(&chunk, 1), cache, workspace, logits);
         ++position;
     }
     auto const end = Clock::now();
+    if (!ranks.prints) return 0;
     std::cout << std::endl;
 
     auto const generated = static_cast<int>(output.tokens().size());
@@ -117,15 +140,53 @@ int run(tinfer::gguf::File const& file, Options const& options) {
     getrusage(RUSAGE_SELF, &usage);
     std::fprintf(
         stderr,
-        "\n[tinfer] prompt tokens %zu, generated tokens %d (%s), threads %d\n"
+        "\n[tinfer] prompt tokens %zu, generated tokens %d (%s), threads %d, tensor parallel %d\n"
         "[tinfer] TTFT %.1f ms, TPOT %.1f ms\n"
         "[tinfer] prefill %.1f tokens/s, decode %.1f tokens/s, peak RSS %.1f MiB\n",
         prompt.size(), generated,
         interrupted ? "interrupted" : std::string(name_of(output.finish_reason().value())).c_str(),
-        threads, ttft * 1e3, tpot * 1e3, prompt.size() / ttft,
-        generated > 1 ? (generated - 1) / decode_seconds : 0.0, usage.ru_maxrss / 1024.0);
+        threads, std::remove_cvref_t<decltype(model.parallel())>::degree, ttft * 1e3, tpot * 1e3,
+        prompt.size() / ttft, generated > 1 ? (generated - 1) / decode_seconds : 0.0,
+        usage.ru_maxrss / 1024.0);
     return interrupted ? 130 : 0;
 }
+
+#ifdef TINFER_WITH_MPI
+// Tensor-parallel degrees this program is compiled for; a shape gets those it divides evenly.
+template <tinfer::ModelConfig Cfg, int... Degrees>
+int run_tensor_parallel(tinfer::gguf::File const& file, Options const& options,
+                        tinfer::dist::MpiCommunicator& comm) {
+    using namespace tinfer;
+    if (comm.size() != options.tensor_parallel) {
+        throw Error("--tp " + std::to_string(options.tensor_parallel) +
+                    " needs as many MPI ranks; "
+                    "this run has " +
+                    std::to_string(comm.size()) + " (mpirun -n N ... --tp N)");
+    }
+    Ranks ranks{.prints = comm.rank() == 0, .share_token = [](std::int32_t& token) {
+                    MPI_Bcast(&token, 1, MPI_INT32_T, 0, MPI_COMM_WORLD);
+                }};
+    std::optional<int> result;
+    std::string fitting;
+    auto const try_degree = [&]<int Tp>() {
+        if constexpr (model::tensor_parallel_fits<Cfg, Tp>()) {
+            fitting += (fitting.empty() ? "" : ", ") + std::to_string(Tp);
+            if (options.tensor_parallel == Tp) {
+                using Parallel = model::TensorParallel<Tp, dist::MpiCommunicator>;
+                result = run<Cfg>(file, options, Llama<Cfg, Parallel>::bind(file, Parallel(comm)),
+                                  ranks);
+            }
+        }
+    };
+    (try_degree.template operator()<Degrees>(), ...);
+    if (!result) {
+        throw RequestError("--tp " + std::to_string(options.tensor_parallel) +
+                           ": this model's heads, KV heads and FFN split evenly over " +
+                           (fitting.empty() ? std::string("no compiled-in degree") : fitting));
+    }
+    return *result;
+}
+#endif
 
 }  // namespace
 
@@ -149,14 +210,32 @@ int main(int argc, char** argv) {
     app.add_option("--seed", options.sampling.seed, "Sampling seed")->capture_default_str();
     app.add_option("--threads", options.threads, "CPU threads (default: all)");
     app.add_option("--stop", options.stop, "Stop string (repeatable); never printed");
+    app.add_option("--tp", options.tensor_parallel,
+                   "Tensor-parallel degree: run under mpirun with as many ranks; rank 0 prints")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
     CLI11_PARSE(app, argc, argv);
 
     std::signal(SIGINT, [](int) { interrupted = true; });
     try {
         if (options.prompt.empty()) throw tinfer::RequestError("the prompt is empty");
         auto const file = tinfer::gguf::File::open(options.model);
+        if (options.tensor_parallel > 1) {
+#ifdef TINFER_WITH_MPI
+            tinfer::dist::MpiEnvironment mpi(&argc, &argv);
+            tinfer::dist::MpiCommunicator comm;
+            return tinfer::with_preset<tinfer::presets::smollm2_135m>(
+                file, [&]<tinfer::ModelConfig Cfg>() {
+                    return run_tensor_parallel<Cfg, 2, 3, 4, 8>(file, options, comm);
+                });
+#else
+            throw tinfer::RequestError("--tp needs a build with MPI (TINFER_WITH_MPI)");
+#endif
+        }
         return tinfer::with_preset<tinfer::presets::smollm2_135m>(
-            file, [&]<tinfer::ModelConfig Cfg>() { return run<Cfg>(file, options); });
+            file, [&]<tinfer::ModelConfig Cfg>() {
+                return run<Cfg>(file, options, tinfer::Llama<Cfg>::bind(file));
+            });
     } catch (std::exception const& e) {
         std::cerr << "generate: " << e.what() << "\n";
         return 1;

@@ -1,27 +1,39 @@
 #pragma once
-// y = x W^T computed directly on the stored weights: x [tokens][cols] float, W [rows][cols] in
-// any weight encoding, y [tokens][rows] float.
+// y = x W^T computed directly on the stored weights: x [tokens][cols] (float32, or int8 rows as
+// kernels/int8_activations.hpp lays them out), W [rows][cols] in any weight encoding, y
+// [tokens][rows] float.
 //
-// Work split: a thread owns strips of `linear_row_tile` weight rows (output features). It
-// decodes a strip into a small per-thread buffer (row_tile x cols floats, L1/L2 sized) once per
-// chunk of tokens and multiplies it with register tiles of `linear_token_tile` tokens, so during
-// prefill every weight block is read from memory once per chunk of tokens, never once per token.
+// Work split: a thread owns strips of `linear_row_tile` weight rows (output features) and
+// multiplies each with register tiles of `linear_token_tile` tokens, so during prefill every
+// weight block is read from memory once per chunk of tokens, never once per token. Float
+// activations: the strip is decoded once per chunk into a small per-thread buffer (row_tile x
+// cols floats, L1/L2 sized). Int8 activations: the tile reads the quantized blocks in place
+// (kernels/int8_dot.hpp).
 //
-// Batch invariance: every y[t][o] is one dot product of x row t and W row o computed by
-// kernels::dot's fixed lane order (element k into partial sum k % reduction_lanes, partial sums
-// combined in one tree). Token tiles, row strips, token chunks and threads only decide which
-// dot products run together, never how one is summed, so a token's outputs are bitwise the same
-// alone, in any batch, and with any thread count.
+// Threads: the *_team functions share their strips over the threads of the enclosing OpenMP
+// team (an orphaned `omp for ... nowait`), so a whole forward pass runs in one parallel region
+// with no fork/join per matrix; they end without a barrier, and the caller places one before
+// reading y. Called outside a parallel region they run on the calling thread. `linear` wraps
+// them in a region of its own for one-off calls.
+//
+// Batch invariance: every y[t][o] is one dot product of x row t and W row o computed in an
+// order fixed by the shapes alone (float: kernels::dot's lane order; int8: int8_dot.hpp's).
+// Token tiles, row strips, token chunks and threads only decide which dot products run
+// together, never how one is summed, so a token's outputs are bitwise the same alone, in any
+// batch, and with any thread count.
 #include <algorithm>
 #include <cstddef>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <omp.h>
 
 #include <tinfer/core/error.hpp>
 #include <tinfer/kernels/activation_math.hpp>
+#include <tinfer/kernels/int8_activations.hpp>
+#include <tinfer/kernels/int8_dot.hpp>
 #include <tinfer/kernels/weight_matrix.hpp>
 
 namespace tinfer::kernels {
@@ -29,25 +41,38 @@ namespace tinfer::kernels {
 inline constexpr int linear_row_tile = 4;    // weight rows decoded and used together
 inline constexpr int linear_token_tile = 4;  // tokens per register tile
 
-// Floats of per-thread scratch linear needs for a matrix with `cols` input features.
+// Floats of per-thread scratch the linear kernels need for a matrix with `cols` input
+// features: a decoded strip, twice for the gated pair.
 constexpr std::size_t linear_scratch_floats(int cols) {
-    return static_cast<std::size_t>(linear_row_tile) * static_cast<std::size_t>(cols);
+    return 2 * static_cast<std::size_t>(linear_row_tile) * static_cast<std::size_t>(cols);
 }
 
-// Tokens whose activations (tokens x cols floats) stay in a core's L2 while a strip sweeps them.
-constexpr int linear_token_chunk(int cols) {
-    constexpr int l2_floats = 64 * 1024;  // 256 KiB of activations
-    int const fit = l2_floats / std::max(cols, 1) / linear_token_tile * linear_token_tile;
-    return std::max(fit, linear_token_tile);
+// Tokens whose activations (tokens x row_bytes) stay in a core's L2 while a strip sweeps them.
+constexpr int linear_token_chunk(std::size_t row_bytes) {
+    constexpr std::size_t l2_bytes = 256 * 1024;
+    std::size_t const fit =
+        l2_bytes / std::max<std::size_t>(row_bytes, 1) / linear_token_tile * linear_token_tile;
+    return static_cast<int>(std::max<std::size_t>(fit, linear_token_tile));
 }
+
+// Float activation rows: row t at data + t * stride floats.
+struct FloatRows {
+    float const* data = nullptr;
+    std::size_t stride = 0;
+    float const* row(int t) const { return data + static_cast<std::size_t>(t) * stride; }
+};
+
+// How a product reaches y: written, or added to what y holds (a residual connection: the same
+// float addition a separate pass would do).
+enum class Store { assign, accumulate };
 
 namespace detail {
 
 // y[t * y_stride + r] = w_rows[r] . x_rows[t] for an R x T tile, each dot in kernels::dot's
 // order: the (r, t) accumulator sees exactly the operations it would see in any other tile shape.
 template <int R, int T>
-inline void linear_tile(float const* const (&w_rows)[R], float const* const (&x_rows)[T], int cols,
-                        float* y, std::size_t y_stride) {
+inline void float_tile(float const* const (&w_rows)[R], float const* const (&x_rows)[T], int cols,
+                       float (&out)[R][T]) {
     float lanes[R][T][reduction_lanes] = {};
     int const full = cols - cols % reduction_lanes;
     for (int k = 0; k < full; k += reduction_lanes) {
@@ -65,83 +90,185 @@ inline void linear_tile(float const* const (&w_rows)[R], float const* const (&x_
         }
     }
     for (int r = 0; r < R; ++r) {
-        for (int t = 0; t < T; ++t)
-            y[static_cast<std::size_t>(t) * y_stride + r] = sum_lanes(lanes[r][t]);
+        for (int t = 0; t < T; ++t) out[r][t] = sum_lanes(lanes[r][t]);
     }
 }
 
-// One strip of R decoded rows against tokens [first, last) of x.
-template <int R>
-inline void linear_strip(float const* const (&w_rows)[R], float const* x, int cols, int first,
-                         int last, float* y, std::size_t y_stride, int first_row) {
-    int t = first;
-    for (; t + linear_token_tile <= last; t += linear_token_tile) {
-        float const* x_rows[linear_token_tile];
-        for (int i = 0; i < linear_token_tile; ++i)
-            x_rows[i] = x + static_cast<std::size_t>(t + i) * cols;
-        linear_tile<R, linear_token_tile>(
-            w_rows, x_rows, cols, y + static_cast<std::size_t>(t) * y_stride + first_row, y_stride);
-    }
-    for (; t < last; ++t) {
-        float const* const x_rows[1] = {x + static_cast<std::size_t>(t) * cols};
-        linear_tile<R, 1>(w_rows, x_rows, cols,
-                          y + static_cast<std::size_t>(t) * y_stride + first_row, y_stride);
-    }
-}
-
-// Rows of strip `strip`: full strips of linear_row_tile first, then single leftover rows. Which
-// path a row takes depends only on the matrix shape.
+// R weight rows ready for products with float activations: decoded once into `buffer`.
 template <DType W, int R>
-inline void linear_rows(WeightMatrix const& w, int first_row, float* buffer, float const* x,
-                        int first, int last, float* y) {
-    float const* w_rows[R];
-    for (int r = 0; r < R; ++r) {
-        if constexpr (W == DType::f32) {
-            w_rows[r] = reinterpret_cast<float const*>(row_pointer<W>(w, first_row + r));
-        } else {
-            float* decoded = buffer + static_cast<std::size_t>(r) * w.cols;
-            dequantize_row<W>(row_pointer<W>(w, first_row + r), w.cols, decoded);
-            w_rows[r] = decoded;
+struct FloatStrip {
+    float const* rows[R];
+    int cols;
+    FloatStrip(WeightMatrix const& w, int first_row, float* buffer) : cols(w.cols) {
+        for (int r = 0; r < R; ++r) {
+            if constexpr (W == DType::f32) {
+                rows[r] = reinterpret_cast<float const*>(row_pointer<W>(w, first_row + r));
+            } else {
+                float* decoded = buffer + static_cast<std::size_t>(r) * w.cols;
+                dequantize_row<W>(row_pointer<W>(w, first_row + r), w.cols, decoded);
+                rows[r] = decoded;
+            }
         }
     }
-    linear_strip<R>(w_rows, x, w.cols, first, last, y, static_cast<std::size_t>(w.rows), first_row);
+    template <int T>
+    void products(FloatRows x, int first_token, float (&out)[R][T]) const {
+        float const* x_rows[T];
+        for (int t = 0; t < T; ++t) x_rows[t] = x.row(first_token + t);
+        float_tile<R, T>(rows, x_rows, cols, out);
+    }
+};
+
+// R weight rows read in place for products with int8 activations.
+template <DType W, int R, Isa isa>
+struct Int8Strip {
+    std::byte const* rows[R];
+    int blocks;
+    Int8Strip(WeightMatrix const& w, int first_row, float*) : blocks(w.cols / int8_block_elements) {
+        for (int r = 0; r < R; ++r) rows[r] = row_pointer<W>(w, first_row + r);
+    }
+    template <int T>
+    void products(Int8Rows x, int first_token, float (&out)[R][T]) const {
+        Int8Group const* x_rows[T];
+        for (int t = 0; t < T; ++t) x_rows[t] = x.row(first_token + t);
+        int8_tile<W, R, T, isa>(rows, x_rows, blocks, out);
+    }
+};
+
+template <DType W, int R, class Rows, Isa isa>
+struct StripFor;
+template <DType W, int R, Isa isa>
+struct StripFor<W, R, FloatRows, isa> {
+    using type = FloatStrip<W, R>;
+};
+template <DType W, int R, Isa isa>
+struct StripFor<W, R, Int8Rows, isa> {
+    using type = Int8Strip<W, R, isa>;
+};
+
+template <class Rows>
+std::size_t row_bytes_of(Rows x) {
+    if constexpr (std::is_same_v<Rows, FloatRows>) {
+        return x.stride * sizeof(float);
+    } else {
+        return x.stride;
+    }
+}
+
+// Tokens [first, last) in tiles of linear_token_tile, then one at a time; emit(t, out) gets
+// each tile's products.
+template <class Strip, int R, class Rows, class Emit>
+inline void sweep_tokens(Strip const& strip, Rows x, int first, int last, Emit&& emit) {
+    int t = first;
+    for (; t + linear_token_tile <= last; t += linear_token_tile) {
+        float out[R][linear_token_tile];
+        strip.template products<linear_token_tile>(x, t, out);
+        emit(t, out);
+    }
+    for (; t < last; ++t) {
+        float out[R][1];
+        strip.template products<1>(x, t, out);
+        emit(t, out);
+    }
+}
+
+// Shares the strips of a `rows`-row matrix over the enclosing team, chunk by chunk of tokens:
+// full strips of linear_row_tile first, then single leftover rows (which path a row takes
+// depends only on the matrix shape). run<R>(first_row, first_token, last_token).
+template <class Run>
+inline void share_strips(int rows, int tokens, int chunk, Run&& run) {
+    int const full_strips = rows / linear_row_tile;
+    int const strips = full_strips + rows % linear_row_tile;
+    for (int first = 0; first < tokens; first += chunk) {
+        int const last = std::min(tokens, first + chunk);
+#pragma omp for schedule(static) nowait
+        for (int strip = 0; strip < strips; ++strip) {
+            if (strip < full_strips) {
+                run.template operator()<linear_row_tile>(strip * linear_row_tile, first, last);
+            } else {
+                run.template operator()<1>(full_strips * linear_row_tile + (strip - full_strips),
+                                           first, last);
+            }
+        }
+    }
 }
 
 }  // namespace detail
+
+// y [tokens][y_stride] (columns 0 .. w.rows-1) = x . W^T, or += with Store::accumulate, shared
+// over the enclosing team without a closing barrier. x: FloatRows or Int8Rows (Int8Rows needs
+// has_int8_dot(W)); buffer: this thread's linear_scratch_floats(w.cols) floats (float rows).
+template <DType W, Isa isa = Isa::native, class Rows>
+void linear_team(WeightMatrix const& w, Rows x, int tokens, float* y, std::size_t y_stride,
+                 Store store, float* buffer) {
+    detail::share_strips(
+        w.rows, tokens, linear_token_chunk(detail::row_bytes_of(x)),
+        [&]<int R>(int first_row, int first, int last) {
+            typename detail::StripFor<W, R, Rows, isa>::type const strip(w, first_row, buffer);
+            detail::sweep_tokens<decltype(strip), R>(
+                strip, x, first, last, [&]<int T>(int t0, float(&out)[R][T]) {
+                    for (int t = 0; t < T; ++t) {
+                        float* row = y + static_cast<std::size_t>(t0 + t) * y_stride + first_row;
+                        for (int r = 0; r < R; ++r) {
+                            if (store == Store::accumulate) {
+                                row[r] += out[r][t];
+                            } else {
+                                row[r] = out[r][t];
+                            }
+                        }
+                    }
+                });
+        });
+}
+
+// The gated FFN's first half: out [tokens][out_stride] = silu(x . G^T) * (x . U^T), both
+// products of a row computed by the same thread and combined before they are stored. buffer:
+// linear_scratch_floats(cols) floats of this thread.
+template <DType W, Isa isa = Isa::native, class Rows>
+void gated_linear_team(WeightMatrix const& gate, WeightMatrix const& up, Rows x, int tokens,
+                       float* out, std::size_t out_stride, float* buffer) {
+    std::size_t const second = static_cast<std::size_t>(linear_row_tile) * gate.cols;
+    detail::share_strips(gate.rows, tokens, linear_token_chunk(detail::row_bytes_of(x)),
+                         [&]<int R>(int first_row, int first, int last) {
+                             using Strip = typename detail::StripFor<W, R, Rows, isa>::type;
+                             Strip const gate_strip(gate, first_row, buffer);
+                             Strip const up_strip(up, first_row, buffer + second);
+                             detail::sweep_tokens<Strip, R>(
+                                 gate_strip, x, first, last, [&]<int T>(int t0, float(&g)[R][T]) {
+                                     float u[R][T];
+                                     up_strip.template products<T>(x, t0, u);
+                                     for (int t = 0; t < T; ++t) {
+                                         float* row =
+                                             out + static_cast<std::size_t>(t0 + t) * out_stride +
+                                             first_row;
+                                         for (int r = 0; r < R; ++r)
+                                             row[r] = silu(g[r][t]) * u[r][t];
+                                     }
+                                 });
+                         });
+}
+
+// The checks a caller runs before entering a parallel region (which cannot throw).
+template <DType W>
+void check_linear(WeightMatrix const& w, std::size_t scratch_floats, int threads) {
+    check_weight_matrix<W>(w, "linear weights");
+    std::size_t const needed = linear_scratch_floats(w.cols) * static_cast<std::size_t>(threads);
+    if (scratch_floats < needed) {
+        throw Error("linear: scratch holds " + std::to_string(scratch_floats) + " floats, needs " +
+                    std::to_string(needed));
+    }
+}
 
 // y [tokens][w.rows] = x [tokens][w.cols] . W^T, on `threads` OpenMP threads. `scratch` holds
 // threads * linear_scratch_floats(w.cols) floats (the workspace owns it, so nothing allocates).
 template <DType W>
 void linear(WeightMatrix const& w, float const* x, int tokens, float* y, int threads,
             std::span<float> scratch) {
-    check_weight_matrix<W>(w, "linear weights");
+    check_linear<W>(w, scratch.size(), threads);
     std::size_t const per_thread = linear_scratch_floats(w.cols);
-    if (scratch.size() < per_thread * static_cast<std::size_t>(threads)) {
-        throw Error("linear: scratch holds " + std::to_string(scratch.size()) + " floats, needs " +
-                    std::to_string(per_thread * static_cast<std::size_t>(threads)));
-    }
-    int const full_strips = w.rows / linear_row_tile;
-    int const leftover_rows = w.rows % linear_row_tile;
-    int const strips = full_strips + leftover_rows;
-    int const chunk = linear_token_chunk(w.cols);
 #pragma omp parallel num_threads(threads)
-    {
-        float* buffer =
-            scratch.data() + per_thread * static_cast<std::size_t>(omp_get_thread_num());
-        for (int first = 0; first < tokens; first += chunk) {
-            int const last = std::min(tokens, first + chunk);
-#pragma omp for schedule(static) nowait
-            for (int strip = 0; strip < strips; ++strip) {
-                if (strip < full_strips) {
-                    detail::linear_rows<W, linear_row_tile>(w, strip * linear_row_tile, buffer, x,
-                                                            first, last, y);
-                } else {
-                    int const row = full_strips * linear_row_tile + (strip - full_strips);
-                    detail::linear_rows<W, 1>(w, row, buffer, x, first, last, y);
-                }
-            }
-        }
-    }
+    linear_team<W>(w, FloatRows{x, static_cast<std::size_t>(w.cols)}, tokens, y,
+                   static_cast<std::size_t>(w.rows), Store::assign,
+                   scratch.data() + per_thread * static_cast<std::size_t>(omp_get_thread_num()));
 }
 
 // The same with its own scratch, for one-off calls (tests, experiments); a serving loop passes
@@ -150,6 +277,15 @@ template <DType W>
 void linear(WeightMatrix const& w, float const* x, int tokens, float* y, int threads = 1) {
     std::vector<float> scratch(linear_scratch_floats(w.cols) * static_cast<std::size_t>(threads));
     linear<W>(w, x, tokens, y, threads, scratch);
+}
+
+// y [tokens][w.rows] = x . W^T with int8 activation rows (quantize_row_int8), on `threads`.
+template <DType W, Isa isa = Isa::native>
+void linear_int8(WeightMatrix const& w, Int8Rows x, int tokens, float* y, int threads = 1) {
+    static_assert(has_int8_dot(W), "linear_int8: weights must be Q4_0, Q4_1 or Q8_0");
+    check_weight_matrix<W>(w, "linear weights");
+#pragma omp parallel num_threads(threads)
+    linear_team<W, isa>(w, x, tokens, y, static_cast<std::size_t>(w.rows), Store::assign, nullptr);
 }
 
 // Chooses the instantiation from the matrix's stored encoding, for matrices whose encoding is

@@ -9,19 +9,24 @@
 
 namespace tinfer::kernels {
 
+// One row: out = x / sqrt(mean(x^2) + eps) * weight (out may alias x).
+template <int width>
+inline void rmsnorm_row(float const* x, float const* weight, float eps, float* out) {
+    static_assert(width > 0, "rmsnorm width must be positive");
+    float const mean_square = sum_of_squares<width>(x) / static_cast<float>(width);
+    float const scale = 1.0f / std::sqrt(mean_square + eps);
+#pragma omp simd
+    for (int k = 0; k < width; ++k) out[k] = x[k] * scale * weight[k];
+}
+
 // x, out: [rows][width] (out may alias x); weight: [width].
 template <int width>
 void rmsnorm(float const* x, float const* weight, float eps, int rows, float* out,
              int threads = 1) {
-    static_assert(width > 0, "rmsnorm width must be positive");
 #pragma omp parallel for num_threads(threads) schedule(static) if (rows > 1)
     for (int row = 0; row < rows; ++row) {
-        float const* in = x + static_cast<std::size_t>(row) * width;
-        float* result = out + static_cast<std::size_t>(row) * width;
-        float const mean_square = sum_of_squares<width>(in) / static_cast<float>(width);
-        float const scale = 1.0f / std::sqrt(mean_square + eps);
-#pragma omp simd
-        for (int k = 0; k < width; ++k) result[k] = in[k] * scale * weight[k];
+        rmsnorm_row<width>(x + static_cast<std::size_t>(row) * width, weight, eps,
+                           out + static_cast<std::size_t>(row) * width);
     }
 }
 

@@ -29,26 +29,31 @@ void rope_table(double base, int const* positions, int rows, float* cos_sin) {
     }
 }
 
+// Rotates `heads` consecutive heads of one row in place; cos_sin: the row's table.
+template <int head_dim>
+inline void apply_rope_row(float* x, int heads, float const* cos_sin) {
+    constexpr int pairs = head_dim / 2;
+    for (int head = 0; head < heads; ++head) {
+        float* v = x + static_cast<std::size_t>(head) * head_dim;
+#pragma omp simd
+        for (int i = 0; i < pairs; ++i) {
+            float const c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+            float const x0 = v[2 * i], x1 = v[2 * i + 1];
+            v[2 * i] = x0 * c - x1 * s;
+            v[2 * i + 1] = x0 * s + x1 * c;
+        }
+    }
+}
+
 // Rotates `heads` heads of each row in place: x row r at x + r * row_stride, head h at
 // + h * head_dim; cos_sin as rope_table made it for the same rows.
 template <int head_dim>
 void apply_rope(float* x, int rows, int heads, std::size_t row_stride, float const* cos_sin,
                 int threads = 1) {
-    constexpr int pairs = head_dim / 2;
 #pragma omp parallel for num_threads(threads) schedule(static) if (rows > 16)
     for (int row = 0; row < rows; ++row) {
-        float const* table = cos_sin + static_cast<std::size_t>(row) * head_dim;
-        for (int head = 0; head < heads; ++head) {
-            float* v = x + static_cast<std::size_t>(row) * row_stride +
-                       static_cast<std::size_t>(head) * head_dim;
-#pragma omp simd
-            for (int i = 0; i < pairs; ++i) {
-                float const c = table[2 * i], s = table[2 * i + 1];
-                float const x0 = v[2 * i], x1 = v[2 * i + 1];
-                v[2 * i] = x0 * c - x1 * s;
-                v[2 * i + 1] = x0 * s + x1 * c;
-            }
-        }
+        apply_rope_row<head_dim>(x + static_cast<std::size_t>(row) * row_stride, heads,
+                                 cos_sin + static_cast<std::size_t>(row) * head_dim);
     }
 }
 

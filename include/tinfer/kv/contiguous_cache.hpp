@@ -3,9 +3,12 @@
 // positions, float32, laid out [slot][layer][kv_head][position][head_dim] so one KV head's run of
 // positions is contiguous and a view's load is one copy. Serves as the reference store for
 // attention tests and for single-user runs; the paged cache implements the same concepts.
+// "Position" below is the cache slot: the token's index in the slot's cache, which equals its
+// position in the sequence until retain_slots evicts tokens.
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -117,6 +120,41 @@ class ContiguousKvCache {
         }
     }
     void clear(int slot) { truncate(slot, 0); }
+
+    // Token eviction: keeps only the cached tokens at `kept` (ascending, distinct, each below
+    // tokens(slot)), compacted so slot i holds the i-th kept token, in every layer. Keys keep
+    // the RoPE rotation of their original positions: the model goes on at the next position
+    // while writing at cache slot kept.size(). (StreamingLLM instead re-rotates the kept keys to
+    // their new cache positions; baking the original position in keeps the cache free of
+    // per-step rewrites and each kept token's key exactly as it was computed.)
+    void retain_slots(int slot, std::span<int const> kept) {
+        int const length = tokens(slot);
+        for (std::size_t i = 0; i < kept.size(); ++i) {
+            if (kept[i] < 0 || kept[i] >= length || (i > 0 && kept[i] <= kept[i - 1])) {
+                throw RequestError("KV cache: retain_slots needs ascending distinct slots below " +
+                                   std::to_string(length) + "; entry " + std::to_string(i) +
+                                   " is " + std::to_string(kept[i]));
+            }
+        }
+        for (int layer = 0; layer < Cfg.layers; ++layer) {
+            std::size_t const base = layer_offset(slot, layer);
+            for (int head = 0; head < Cfg.kv_heads; ++head) {
+                std::size_t const run =
+                    base + static_cast<std::size_t>(head) * capacity_ * head_dim;
+                // kept[i] >= i: moving forward never overwrites a token still to be moved.
+                for (std::size_t i = 0; i < kept.size(); ++i) {
+                    if (kept[i] == static_cast<int>(i)) continue;
+                    std::size_t const to = run + i * head_dim;
+                    std::size_t const from = run + static_cast<std::size_t>(kept[i]) * head_dim;
+                    std::memcpy(keys_.data() + to, keys_.data() + from, head_dim * sizeof(float));
+                    std::memcpy(values_.data() + to, values_.data() + from,
+                                head_dim * sizeof(float));
+                }
+            }
+            tokens_[static_cast<std::size_t>(slot) * Cfg.layers + layer] =
+                static_cast<int>(kept.size());
+        }
+    }
 
   private:
     static constexpr std::size_t kv_floats_per_position =

@@ -207,6 +207,57 @@ class PagedKvCache {
         for (int& w : s.written) w = std::min(w, length);
     }
 
+    // Token eviction: keeps only the written positions at `kept` (ascending, distinct, each
+    // below tokens(seq)), compacted so position i holds the i-th kept token in every layer, and
+    // returns the blocks past kept.size() to the pool; the reservation shrinks to kept.size()
+    // (reserve again before the next step). Keys keep the RoPE rotation of their original
+    // positions (see ContiguousKvCache::retain_slots). A shared block about to receive a moved
+    // token is copied first, so forks and the prefix cache keep their tokens; when the pool
+    // cannot supply those copies nothing changes and tinfer::Error is thrown.
+    void retain_slots(int seq, std::span<int const> kept) {
+        Sequence& s = live(seq);
+        int const length = written_in_all_layers(s);
+        for (std::size_t i = 0; i < kept.size(); ++i) {
+            if (kept[i] < 0 || kept[i] >= length || (i > 0 && kept[i] <= kept[i - 1])) {
+                throw std::logic_error(
+                    "PagedKvCache::retain_slots needs ascending distinct positions below " +
+                    std::to_string(length) + "; entry " + std::to_string(i) + " is " +
+                    std::to_string(kept[i]));
+            }
+        }
+        // Blocks that receive a moved token and are shared: each needs a private copy first.
+        std::vector<std::size_t> to_copy;
+        for (std::size_t i = 0; i < kept.size(); ++i) {
+            std::size_t const block = i / BlockSize;
+            if (kept[i] != static_cast<int>(i) && pool_.is_shared(s.table[block]) &&
+                (to_copy.empty() || to_copy.back() != block)) {
+                to_copy.push_back(block);
+            }
+        }
+        if (static_cast<int>(to_copy.size()) > available_blocks()) {
+            throw Error("PagedKvCache::retain_slots: " + std::to_string(to_copy.size()) +
+                        " shared blocks need copies, the pool has " +
+                        std::to_string(available_blocks()));
+        }
+        for (std::size_t const block : to_copy) {
+            auto const copy = allocate_block();
+            if (!copy) {
+                throw std::logic_error("PagedKvCache::retain_slots: the pool ran dry");
+            }
+            replace_with_copy(s.table[block], *copy);
+        }
+        // kept[i] >= i: moving forward never overwrites a token still to be moved.
+        for (std::size_t i = 0; i < kept.size(); ++i) {
+            if (kept[i] != static_cast<int>(i)) move_token(s, kept[i], static_cast<int>(i));
+        }
+        int const new_length = static_cast<int>(kept.size());
+        auto const blocks = static_cast<std::size_t>(blocks_for(new_length));
+        for (std::size_t i = blocks; i < s.table.size(); ++i) pool_.release(s.table[i]);
+        s.table.resize(blocks);
+        s.reserved = new_length;
+        s.written.fill(new_length);
+    }
+
     // The sequence ended (or was preempted): its blocks return to the pool, except those the
     // prefix cache or other sequences still hold.
     void release(int seq) {
@@ -488,6 +539,29 @@ class PagedKvCache {
         if (auto const block = pool_.allocate()) return block;
         if (prefix_.evict(1, pool_) == 0) return std::nullopt;
         return pool_.allocate();
+    }
+
+    // Copies every layer's K and V vectors of position `from` to position `to`, whose block is
+    // the sequence's own.
+    void move_token(Sequence const& s, int from, int to) {
+        std::byte const* source =
+            storage_.data() +
+            static_cast<std::size_t>(s.table[static_cast<std::size_t>(from / BlockSize)]) *
+                bytes_per_block;
+        std::byte* target =
+            storage_.data() +
+            static_cast<std::size_t>(s.table[static_cast<std::size_t>(to / BlockSize)]) *
+                bytes_per_block;
+        auto const from_slot = static_cast<std::size_t>(from % BlockSize);
+        auto const to_slot = static_cast<std::size_t>(to % BlockSize);
+        for (int layer = 0; layer < Cfg.layers; ++layer) {
+            for (int h = 0; h < Cfg.kv_heads; ++h) {
+                std::memcpy(target + key_offset(layer, h, to_slot),
+                            source + key_offset(layer, h, from_slot), key_vector_bytes);
+                std::memcpy(target + value_offset(layer, h, to_slot),
+                            source + value_offset(layer, h, from_slot), value_vector_bytes);
+            }
+        }
     }
 
     // Copy-on-write: `block` (shared) is replaced in the caller's table by `copy`, a fresh

@@ -10,6 +10,7 @@
 #include <tinfer/config/validate.hpp>
 #include <tinfer/core/error.hpp>
 #include <tinfer/kernels/attention.hpp>
+#include <tinfer/kernels/int8_activations.hpp>
 #include <tinfer/kernels/linear.hpp>
 
 namespace tinfer::model {
@@ -53,10 +54,22 @@ class Workspace {
             {kernels::linear_scratch_floats(std::max(Cfg.hidden, Cfg.ffn)),
              kernels::linear_scratch_floats(Cfg.q_width()), AttentionFor<Cfg>::scratch_floats});
         scratch.resize(per_thread * static_cast<std::size_t>(threads));
+        scratch_per_thread_ = per_thread;
+        quantized_stride = kernels::int8_row_bytes(std::max({Cfg.hidden, Cfg.q_width(), Cfg.ffn}));
+        quantized.resize(rows * quantized_stride);
     }
 
     int max_tokens() const { return max_tokens_; }
     int threads() const { return threads_; }
+    // Thread `thread`'s share of `scratch`.
+    float* thread_scratch(int thread) {
+        return scratch.data() + scratch_per_thread_ * static_cast<std::size_t>(thread);
+    }
+    // Row `row` of the int8 activations (precision::Int8Activations).
+    std::byte* quantized_row(int row) {
+        return quantized.data() + quantized_stride * static_cast<std::size_t>(row);
+    }
+    kernels::Int8Rows quantized_rows() const { return {quantized.data(), quantized_stride}; }
 
     // Activations, row-major over the step's tokens (chunks in order).
     std::vector<float> hidden;    // [tokens][hidden], the residual stream
@@ -72,9 +85,15 @@ class Workspace {
     std::vector<int> slots;       // [tokens]
     std::vector<int> logit_rows;  // [logit rows]: the token row each logit row comes from
     std::vector<AttentionTask> tasks;
-    std::vector<float> scratch;  // [threads][per-thread kernel scratch]
+    bool wants_attention_scores = false;  // a chunk of the step asks for attention scores
+    std::vector<float> scratch;           // [threads][per-thread kernel scratch]
+    // The input of the next matrix product as int8 rows, when the precision policy quantizes
+    // activations: [tokens][quantized_stride bytes], laid out by kernels::quantize_row_int8.
+    std::vector<std::byte> quantized;
+    std::size_t quantized_stride = 0;
 
   private:
+    std::size_t scratch_per_thread_ = 0;
     int max_tokens_;
     int threads_;
 };

@@ -1,0 +1,134 @@
+#pragma once
+// How Llama<Cfg, Parallel> divides the model between processes: the policy names the shape of
+// the attention and FFN this process computes (`local<Cfg>`), cuts the bound weights down to
+// it, and completes the row-parallel projections with an all-reduce.
+//
+// NoParallel (the default) holds the whole model: its local shape is Cfg, it cuts nothing and
+// its all-reduce is an empty constexpr function, so Llama<Cfg> compiles to the single-process
+// forward pass with no trace of the hooks.
+//
+// TensorParallel<Tp, Comm> is Megatron's split as dist/tensor_parallel.hpp derives it: rank r
+// owns KV heads [r * kv_heads / Tp, ...) with the query heads that read them, and ffn features
+// [r * ffn / Tp, ...). Q, K, V, gate and up are column-parallel: whole consecutive rows of the
+// file's matrices, viewed in place. The attention output and FFN down projections are
+// row-parallel: a column range of every row, copied once at bind time into dense matrices of
+// whole quantization blocks (the cut falls between blocks, which TensorParallelShard checks at
+// compile time). Embedding, norms and LM head stay whole on every rank, so every rank holds the
+// same residual stream and the same logits.
+#include <concepts>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <tinfer/config/model_config.hpp>
+#include <tinfer/core/error.hpp>
+#include <tinfer/dist/communicator.hpp>
+#include <tinfer/dist/tensor_parallel.hpp>
+#include <tinfer/model/weights.hpp>
+
+namespace tinfer::model {
+
+// Weight bytes a policy copied while cutting the weights (row-parallel shards); the model keeps
+// them alive and shares them between its copies.
+using ShardStorage = std::shared_ptr<std::vector<std::vector<std::byte>> const>;
+
+// A parallel policy: its degree, this process's rank, the local shape of a model, the weight
+// cut (shard) and the sum over ranks of a row-parallel projection's partial outputs.
+template <class P>
+concept ParallelPolicy = requires(P const& policy, std::span<float> partial_sums) {
+    { P::degree } -> std::convertible_to<int>;
+    { policy.rank() } -> std::convertible_to<int>;
+    policy.all_reduce_sum(partial_sums);
+};
+
+// The whole model in this process.
+struct NoParallel {
+    static constexpr int degree = 1;
+    template <ModelConfig Cfg>
+    static constexpr ModelConfig local = Cfg;
+
+    static constexpr int rank() { return 0; }
+    static constexpr void all_reduce_sum(std::span<float>) {}
+    template <ModelConfig Cfg>
+    static ShardStorage shard(ModelWeights<Cfg>&) {
+        return {};
+    }
+};
+
+// Whether TensorParallelShard<Cfg, Tp> exists, for code choosing a degree at run time (it
+// static_asserts the same conditions, naming the one that fails).
+template <ModelConfig Cfg, int Tp>
+constexpr bool tensor_parallel_fits() {
+    if (Tp <= 0 || Cfg.heads % Tp != 0 || Cfg.kv_heads % Tp != 0 || Cfg.ffn % Tp != 0) return false;
+    int const block = dist::weight_encoding(Cfg.weights).block_elements;
+    return block > 0 && (Cfg.q_width() / Tp) % block == 0 && (Cfg.ffn / Tp) % block == 0;
+}
+
+// Megatron tensor parallelism over `Tp` processes of the communicator `Comm` (MpiCommunicator
+// for host memory). The communicator must outlive the model.
+template <int Tp, dist::Communicator Comm>
+class TensorParallel {
+  public:
+    static constexpr int degree = Tp;
+    template <ModelConfig Cfg>
+    using Shard = dist::TensorParallelShard<Cfg, Tp>;
+    template <ModelConfig Cfg>
+    static constexpr ModelConfig local = Shard<Cfg>::local;
+
+    explicit TensorParallel(Comm& comm) : comm_(&comm) {
+        if (comm.size() != Tp) {
+            throw Error("TensorParallel<" + std::to_string(Tp) + ">: the communicator has " +
+                        std::to_string(comm.size()) + " ranks");
+        }
+    }
+
+    int rank() const { return comm_->rank(); }
+    void all_reduce_sum(std::span<float> partial_sums) const {
+        comm_->all_reduce_sum(partial_sums);
+    }
+
+    // Replaces every layer matrix of `weights` (the whole model, viewing the file) by this
+    // rank's shard; returns the copied row-parallel shards the matrices now point into.
+    template <ModelConfig Cfg>
+    ShardStorage shard(ModelWeights<Cfg>& weights) const {
+        using Projection = dist::LlamaProjection;
+        auto storage = std::make_shared<std::vector<std::vector<std::byte>>>();
+        // Two row-parallel matrices per layer; reserved so the shards never move.
+        storage->reserve(2 * static_cast<std::size_t>(Cfg.layers));
+        int const me = rank();
+        auto const cut = [&](kernels::WeightMatrix& matrix, Projection projection) {
+            dist::EncodedMatrix const full{
+                matrix.type, matrix.rows, matrix.cols,
+                std::span(matrix.data, dist::encoded_bytes(matrix.type, matrix.cols) *
+                                           static_cast<std::size_t>(matrix.rows))};
+            dist::IndexRange const slice = Shard<Cfg>::slice_of(projection, me);
+            if (dist::split_of(projection) == dist::Split::column_parallel) {
+                matrix = {matrix.type, slice.count, matrix.cols,
+                          dist::select_rows(full, slice).data()};
+            } else {
+                storage->push_back(dist::shard_weight<Shard<Cfg>>(projection, full, me));
+                matrix = {matrix.type, matrix.rows, slice.count, storage->back().data()};
+            }
+        };
+        for (LayerWeights& layer : weights.layers) {
+            cut(layer.q, Projection::query);
+            cut(layer.k, Projection::key);
+            cut(layer.v, Projection::value);
+            cut(layer.output, Projection::attention_output);
+            cut(layer.gate, Projection::ffn_gate);
+            cut(layer.up, Projection::ffn_up);
+            cut(layer.down, Projection::ffn_down);
+        }
+        return storage;
+    }
+
+  private:
+    Comm* comm_;
+};
+
+static_assert(ParallelPolicy<NoParallel>);
+static_assert(ParallelPolicy<TensorParallel<1, dist::SingleProcess>>);
+
+}  // namespace tinfer::model
