@@ -127,12 +127,6 @@ class Engine {
     static_assert(std::same_as<Backend, Host>,
                   "Engine: the serving loop runs on the Host backend; the CUDA kernels are used "
                   "through tinfer::kernels::cuda directly");
-    // Token eviction compacts a sequence's cache between steps (kv retain_slots, model
-    // first_cache_slot); the engine does not drive that yet, and a scheduler that sizes KV by
-    // an eviction policy's bound would reserve less than the engine writes.
-    static_assert(std::same_as<typename Scheduler::eviction_policy, sched::NoEviction>,
-                  "Engine: the scheduler's EvictionPolicy must be NoEviction; eviction policies "
-                  "run on the model and cache directly (tests/model_ext/eviction_perplexity)");
     static_assert(spec::Drafter<Drafter>,
                   "Engine's 5th parameter must satisfy tinfer::spec::Drafter");
 
@@ -141,6 +135,12 @@ class Engine {
     using Cache = typename Kv::template Cache<config>;
     using Batching = typename Scheduler::batching_policy;
     using RequestId = sched::RequestId;
+    // Token eviction: after every step, a sequence holding more than Eviction::max_kept() cache
+    // slots keeps only Eviction::select_kept of them (compacted in place); its tokens keep the
+    // RoPE positions they were written with, so a token's cache slot is its position minus the
+    // tokens evicted before it.
+    using Eviction = typename Scheduler::eviction_policy;
+    static constexpr bool evicts = !std::same_as<Eviction, sched::NoEviction>;
 
     // The engine owns the file: the model's weights are views into its mapping.
     Engine(gguf::File file, EngineOptions options)
@@ -207,6 +207,7 @@ class Engine {
         }
         failed_.clear();
         for (RequestId const id : ended) retire(id, /*keep_prefix=*/true);
+        if constexpr (evicts) evict();
         record_step(plan);
         return scheduler_.has_work() || inbox_pending();
     }
@@ -276,6 +277,8 @@ class Engine {
         OutputStream output;
         std::vector<std::int32_t> context;  // prompt, then every sampled token
         int seq = -1;                       // its sequence in the KV cache while it holds one
+        int evicted = 0;                    // tokens dropped by eviction: slot = position - this
+        std::vector<float> scores;          // accumulated attention per cache slot (H2O)
         std::vector<std::byte> swapped;     // its KV blocks while swapped to the host
         int swapped_tokens = 0;
         spec::SpeculationStats speculation;
@@ -338,6 +341,10 @@ class Engine {
                                " tokens needs more KV blocks than the whole cache holds (" +
                                std::to_string(cache_.capacity_tokens()) + " tokens)");
         kernels::validate(request.sampling, config.vocab);
+        if (evicts && request.draft_tokens > 0)
+            throw RequestError(
+                "draft_tokens must be 0 under a token-eviction policy: rolling back drafts "
+                "would need the slots eviction has already compacted");
         if (request.draft_tokens < 0 || request.draft_tokens >= step_rows(options_))
             throw RequestError("draft_tokens must be in [0, " +
                                std::to_string(step_rows(options_) - 1) + "], got " +
@@ -422,7 +429,7 @@ class Engine {
 
     void release_kv(Live& r, bool keep_prefix) {
         if (r.seq < 0) return;
-        if (keep_prefix && options_.prefix_caching) {
+        if (keep_prefix && options_.prefix_caching && !evicts) {
             int const tokens = cache_.tokens(r.seq);
             cache_.cache_prefix(
                 r.seq, std::span<int const>(r.context.data(), static_cast<std::size_t>(tokens)));
@@ -453,8 +460,11 @@ class Engine {
             r.seq = -1;
             return;
         }
-        // Recompute: the blocks go to the prefix cache, so the re-prefill mostly hits it.
+        // Recompute: the blocks go to the prefix cache, so the re-prefill mostly hits it; the
+        // re-prefill starts from an empty cache, so nothing counts as evicted.
         release_kv(r, /*keep_prefix=*/true);
+        r.evicted = 0;
+        r.scores.clear();
     }
 
     void swap_in(RequestId id) {
@@ -473,7 +483,8 @@ class Engine {
     // cache does not hold yet (a prefix-cache hit skips the matched ones).
     std::span<std::int32_t const> prepare(sched::ScheduledWork const& w, Live& r, int& first) {
         if (r.seq < 0) {
-            if (options_.prefix_caching) {
+            // An evicting cache no longer mirrors the token sequence, so it never shares blocks.
+            if (options_.prefix_caching && !evicts) {
                 auto const admission = cache_.admit(
                     std::span<int const>(r.context.data(), r.context.size()), r.max_context());
                 r.seq = admission.seq;
@@ -484,7 +495,11 @@ class Engine {
         }
         if (!cache_.reserve(r.seq, w.kv_length))
             throw std::logic_error("Engine: the scheduler planned more KV than the cache holds");
-        first = std::max(w.first_position, cache_.tokens(r.seq));
+        first = std::max(w.first_position, cache_.tokens(r.seq) + r.evicted);
+        if constexpr (Eviction::needs_attention_scores) {
+            if (r.scores.size() < static_cast<std::size_t>(w.kv_length))
+                r.scores.resize(static_cast<std::size_t>(w.kv_length), 0.0f);
+        }
         int const end = w.first_position + w.token_count;
         if (first >= end) return {};
         return std::span<std::int32_t const>(r.context).subspan(
@@ -566,9 +581,11 @@ class Engine {
             while (!tokens.empty()) {
                 auto const n =
                     std::min<std::size_t>(tokens.size(), static_cast<std::size_t>(rows_per_pass));
-                pieces.push_back(
-                    {i, SequenceChunk{
-                            .slot = r.seq, .first_position = first, .tokens = tokens.first(n)}});
+                pieces.push_back({i, SequenceChunk{.slot = r.seq,
+                                                   .first_position = first,
+                                                   .tokens = tokens.first(n),
+                                                   .first_cache_slot = first - r.evicted,
+                                                   .attention_scores = scores_of(r)}});
                 tokens = tokens.subspan(n);
                 first += static_cast<int>(n);
             }
@@ -696,6 +713,33 @@ class Engine {
         metrics_.on_token(id);
         if (r.callback) r.callback(event);
         return {.id = id, .tokens_generated = 1, .finished = emitted.finish.has_value()};
+    }
+
+    std::span<float> scores_of(Live& r) {
+        if constexpr (Eviction::needs_attention_scores) return r.scores;
+        return {};
+    }
+
+    // The scheduler's contract: after each step, every sequence holding more than max_kept()
+    // slots keeps only the policy's choice of them.
+    void evict() {
+        for (auto& [id, r] : live_) {
+            if (r.seq < 0) continue;
+            int const held = cache_.tokens(r.seq);
+            if (held <= Eviction::max_kept()) continue;
+            std::span<float const> scores;
+            if constexpr (Eviction::needs_attention_scores)
+                scores = std::span<float const>(r.scores).first(static_cast<std::size_t>(held));
+            std::vector<int> const kept = Eviction::select_kept(held, scores);
+            cache_.retain_slots(r.seq, kept);
+            if constexpr (Eviction::needs_attention_scores) {
+                std::vector<float> compacted(kept.size());
+                for (std::size_t i = 0; i < kept.size(); ++i)
+                    compacted[i] = r.scores[static_cast<std::size_t>(kept[i])];
+                r.scores = std::move(compacted);
+            }
+            r.evicted += held - static_cast<int>(kept.size());
+        }
     }
 
     void record_step(sched::StepPlan const& plan) {
