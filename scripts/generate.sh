@@ -10,6 +10,8 @@ TINFER_CMAKE_ARGS="${TINFER_CMAKE_ARGS:-} -DTINFER_CUDA=OFF" TINFER_BUILD_DIR="$
     "$root/scripts/build.sh" generate >/dev/null
 generate="${TINFER_BUILD_DIR:-$root/build-generate}/examples/generate"
 if [ $# -eq 0 ]; then
-    exec "$generate" --model "$model" --chat --prompt "What is a KV cache, in two sentences?"
+    # Greedy, so the first run on any machine prints the same answer.
+    exec "$generate" --model "$model" --chat --temperature 0 \
+        --prompt "What is a KV cache in a transformer, in two sentences?"
 fi
 exec "$generate" --model "$model" "$@"

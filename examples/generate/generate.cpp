@@ -192,6 +192,11 @@ int run_tensor_parallel(tinfer::gguf::File const& file, Options const& options,
 
 int main(int argc, char** argv) {
     Options options;
+    // llama.cpp's sampling defaults, so the same flags give comparable text.
+    options.sampling.temperature = 0.8f;
+    options.sampling.top_k = 40;
+    options.sampling.top_p = 0.95f;
+    options.sampling.min_p = 0.05f;
     options.model = default_model_path().string();
     CLI::App app{"Generate text with a GGUF model on tinfer's CPU kernels"};
     app.add_option("--model", options.model, "GGUF file")->capture_default_str();
