@@ -21,6 +21,8 @@
 #include <omp.h>
 #include <CLI/CLI.hpp>
 
+#include "../common/cli_options.hpp"
+
 #include <tinfer/config/presets.hpp>
 #include <tinfer/dist/disaggregation.hpp>
 #include <tinfer/dist/mpi_communicator.hpp>
@@ -51,12 +53,6 @@ struct Options {
     int prefill_chunk = 512;
     tinfer::kernels::SamplingParams sampling;
 };
-
-std::filesystem::path default_model_path() {
-    char const* home = std::getenv("HOME");
-    return std::filesystem::path(home ? home : ".") / ".cache/tinfer/models" /
-           "SmolLM2-135M-Instruct.Q4_1.gguf";
-}
 
 template <tinfer::ModelConfig Cfg>
 int run(tinfer::gguf::File const& file, Options const& options,
@@ -139,7 +135,7 @@ int run(tinfer::gguf::File const& file, Options const& options,
 int main(int argc, char** argv) {
     tinfer::dist::MpiEnvironment environment(&argc, &argv);
     Options options;
-    options.model = default_model_path().string();
+    options.model = tinfer::examples::default_model_path().string();
     CLI::App app{"Serve one prompt with prefill on MPI rank 0 and decode on rank 1"};
     app.add_option("--model", options.model, "GGUF file")->capture_default_str();
     app.add_option("--prompt", options.prompt, "Prompt text (a user message with --chat)")
@@ -148,12 +144,7 @@ int main(int argc, char** argv) {
     app.add_option("--max-tokens", options.max_tokens, "Most tokens to generate")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
-    app.add_option("--temperature", options.sampling.temperature, "0 = greedy")
-        ->capture_default_str();
-    app.add_option("--top-k", options.sampling.top_k, "0 = off")->capture_default_str();
-    app.add_option("--top-p", options.sampling.top_p, "1 = off")->capture_default_str();
-    app.add_option("--min-p", options.sampling.min_p, "0 = off")->capture_default_str();
-    app.add_option("--seed", options.sampling.seed, "Sampling seed")->capture_default_str();
+    tinfer::examples::add_sampling_options(app, options.sampling);
     app.add_option("--threads", options.threads, "CPU threads per rank (default: cores / ranks)");
     app.add_option("--prefill-chunk", options.prefill_chunk, "Most prompt tokens per forward call")
         ->capture_default_str()

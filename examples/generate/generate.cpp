@@ -20,6 +20,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "../common/cli_options.hpp"
+
 #include <tinfer/config/presets.hpp>
 #include <tinfer/engine/output_stream.hpp>
 #include <tinfer/format/chat_template.hpp>
@@ -60,12 +62,6 @@ struct Ranks {
     bool prints = true;
     void (*share_token)(std::int32_t&) = [](std::int32_t&) {};
 };
-
-std::filesystem::path default_model_path() {
-    char const* home = std::getenv("HOME");
-    return std::filesystem::path(home ? home : ".") / ".cache/tinfer/models" /
-           "SmolLM2-135M-Instruct.Q4_1.gguf";
-}
 
 using Clock = std::chrono::steady_clock;
 double seconds_between(Clock::time_point a, Clock::time_point b) {
@@ -192,12 +188,7 @@ int run_tensor_parallel(tinfer::gguf::File const& file, Options const& options,
 
 int main(int argc, char** argv) {
     Options options;
-    // llama.cpp's sampling defaults, so the same flags give comparable text.
-    options.sampling.temperature = 0.8f;
-    options.sampling.top_k = 40;
-    options.sampling.top_p = 0.95f;
-    options.sampling.min_p = 0.05f;
-    options.model = default_model_path().string();
+    options.model = tinfer::examples::default_model_path().string();
     CLI::App app{"Generate text with a GGUF model on tinfer's CPU kernels"};
     app.add_option("--model", options.model, "GGUF file")->capture_default_str();
     app.add_option("--prompt", options.prompt, "Prompt text (a user message with --chat)")
@@ -207,12 +198,7 @@ int main(int argc, char** argv) {
     app.add_option("--max-tokens", options.max_tokens, "Most tokens to generate")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
-    app.add_option("--temperature", options.sampling.temperature, "0 = greedy")
-        ->capture_default_str();
-    app.add_option("--top-k", options.sampling.top_k, "0 = off")->capture_default_str();
-    app.add_option("--top-p", options.sampling.top_p, "1 = off")->capture_default_str();
-    app.add_option("--min-p", options.sampling.min_p, "0 = off")->capture_default_str();
-    app.add_option("--seed", options.sampling.seed, "Sampling seed")->capture_default_str();
+    tinfer::examples::add_sampling_options(app, options.sampling);
     app.add_option("--threads", options.threads, "CPU threads (default: all)");
     app.add_option("--stop", options.stop, "Stop string (repeatable); never printed");
     app.add_option("--tp", options.tensor_parallel,
