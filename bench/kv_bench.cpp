@@ -21,6 +21,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "../examples/common/cli_options.hpp"
+
 #include <tinfer/config/presets.hpp>
 #include <tinfer/format/gguf.hpp>
 #include <tinfer/format/tokenizer_gguf.hpp>
@@ -346,9 +348,7 @@ void run(tinfer::gguf::File const& file, Options const& options) {
 
 int main(int argc, char** argv) {
     Options options;
-    char const* home = std::getenv("HOME");
-    options.model =
-        std::string(home ? home : ".") + "/.cache/tinfer/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    options.model = tinfer::examples::default_model_path().string();
     CLI::App app{"Paged KV cache: prefix caching, KV codec perplexity, memory utilization"};
     app.add_option("-m,--model", options.model)->capture_default_str();
     app.add_option("--text", options.text, "Text files, joined by a blank line")

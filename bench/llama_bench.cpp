@@ -15,6 +15,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "../examples/common/cli_options.hpp"
+
 #include <tinfer/config/presets.hpp>
 #include <tinfer/format/gguf.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
@@ -164,9 +166,7 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
 
 int main(int argc, char** argv) {
     Options options;
-    char const* home = std::getenv("HOME");
-    options.model =
-        std::string(home ? home : ".") + "/.cache/tinfer/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    options.model = tinfer::examples::default_model_path().string();
     CLI::App app{"Prefill (ppN) and decode (tgN) speed, as llama-bench defines them"};
     app.add_option("-m,--model", options.model)->capture_default_str();
     app.add_option("-t,--threads", options.threads, "Thread counts to test (1,2 or 1 2)")

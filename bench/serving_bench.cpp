@@ -30,6 +30,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "../examples/common/cli_options.hpp"
+
 #include <tinfer/config/presets.hpp>
 #include <tinfer/engine/engine.hpp>
 
@@ -276,9 +278,7 @@ void write_tsv(std::string const& path, std::vector<Point> const& points) {
 
 int main(int argc, char** argv) {
     Options options;
-    char const* home = std::getenv("HOME");
-    options.model =
-        std::string(home ? home : ".") + "/.cache/tinfer/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    options.model = tinfer::examples::default_model_path().string();
     CLI::App app{
         "Serving under Poisson load: static vs continuous batching, whole vs chunked "
         "prefill"};
