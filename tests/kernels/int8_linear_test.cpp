@@ -1,11 +1,13 @@
-// Int8 activations: the quantizer against its definition, and the integer linear kernels (the
-// AVX-512 VNNI path where the build has it, and the portable path always) against a float64
-// product of the decoded weights and the dequantized activations; batch invariance; the fused
-// gated and accumulating epilogues against the separate operations.
+// Int8 activations: the quantizer against its definition, and the integer linear kernels on
+// weights repacked into int8 strips (the AVX-512 VNNI path where the build has it, and the
+// portable path always) against a float64 product of the decoded weights and the dequantized
+// activations; the two paths bitwise equal; batch invariance; the fused gated and accumulating
+// epilogues against the separate operations.
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -23,6 +25,16 @@ using k::Isa;
 using tinfer::DType;
 
 namespace {
+
+// A test matrix repacked for the int8 kernels (kernels::repack_int8_strips).
+struct Strips {
+    std::vector<std::byte> bytes;
+    k::WeightMatrix matrix;
+    explicit Strips(k::WeightMatrix const& w)
+        : bytes(k::int8_strip_matrix_bytes(w.type, w.rows, w.cols), std::byte{0x5a}) {
+        matrix = k::repack_int8_strips(w, bytes.data());
+    }
+};
 
 struct QuantizedRows {
     std::vector<std::byte> bytes;
@@ -58,8 +70,8 @@ double offset_magnitude(double const* decoded_block) {
 }
 
 // Error bound: the integer sums are exact; per output the float arithmetic is a few roundings
-// per block (scale product, conversion-free int -> float, two fused multiply-adds) over terms
-// bounded by sum |w_k x_k| + sum_j |c_j| sum_k |x_k|, then a 16-lane sum. We allow
+// per block (scale product, exact int -> float, two fused multiply-adds) over terms bounded by
+// sum |w_k x_k| + sum_j |c_j| sum_k |x_k|, then a sum of 4 lanes. We allow
 // (8 * blocks + 32) eps of that magnitude.
 template <DType T, Isa isa>
 void check_against_reference(std::uint64_t seed, int rows, int cols, int tokens, int threads) {
@@ -71,13 +83,14 @@ void check_against_reference(std::uint64_t seed, int rows, int cols, int tokens,
     QuantizedRows const q = quantize(x, tokens, cols);
     std::vector<float> y(static_cast<std::size_t>(tokens) * rows);
     tt::poison(std::span<float>(y));
-    k::linear_int8<T, isa>(w.matrix, q.view(), tokens, y.data(), threads);
+    Strips const strips(w.matrix);
+    k::linear_int8<T, isa>(strips.matrix, q.view(), tokens, y.data(), threads);
 
     int const blocks = cols / 32;
     double const rtol = tt::float32_sum_rtol(8 * static_cast<std::size_t>(blocks) + 32);
     double worst = 0;
     for (int t = 0; t < tokens; ++t) {
-        auto const* row = reinterpret_cast<k::Int8Group const*>(q.bytes.data() + q.stride * t);
+        k::Int8Row const row = q.view().row(t, cols);
         for (int o = 0; o < rows; ++o) {
             double ref = 0, magnitude = 0;
             double const* wrow = w.decoded.data() + static_cast<std::size_t>(o) * cols;
@@ -120,24 +133,42 @@ void check_batch_invariance(std::uint64_t seed, int rows, int cols) {
     int const tokens = 23;
     std::vector<float> const x = tt::random_floats(rng, static_cast<std::size_t>(tokens) * cols);
     QuantizedRows const q = quantize(x, tokens, cols);
+    Strips const strips(w.matrix);
     std::vector<float> batch(static_cast<std::size_t>(tokens) * rows);
     tt::poison(std::span<float>(batch));
-    k::linear_int8<T, isa>(w.matrix, q.view(), tokens, batch.data(), 2);
+    k::linear_int8<T, isa>(strips.matrix, q.view(), tokens, batch.data(), 2);
     std::vector<float> alone(rows);
     for (int t = 0; t < tokens; ++t) {
         tt::poison(std::span<float>(alone));
-        k::linear_int8<T, isa>(w.matrix, {q.bytes.data() + q.stride * t, q.stride}, 1, alone.data(),
-                               1);
+        k::linear_int8<T, isa>(strips.matrix, {q.bytes.data() + q.stride * t, q.stride}, 1,
+                               alone.data(), 1);
         BOOST_TEST(std::memcmp(alone.data(), batch.data() + static_cast<std::size_t>(t) * rows,
                                rows * sizeof(float)) == 0,
                    "token " << t << " alone differs from the batch");
     }
     int const first = 3, count = 7;
     std::vector<float> part(static_cast<std::size_t>(count) * rows);
-    k::linear_int8<T, isa>(w.matrix, {q.bytes.data() + q.stride * first, q.stride}, count,
+    k::linear_int8<T, isa>(strips.matrix, {q.bytes.data() + q.stride * first, q.stride}, count,
                            part.data(), 1);
     BOOST_TEST(std::memcmp(part.data(), batch.data() + static_cast<std::size_t>(first) * rows,
                            part.size() * sizeof(float)) == 0);
+}
+
+// The portable kernel does the vector kernel's float operations in its order: bitwise equal.
+template <DType T>
+void check_portable_equals_native(std::uint64_t seed, int rows, int cols, int tokens) {
+    auto rng = tt::seeded_rng(seed);
+    tt::TestWeights const w = tt::make_weights<T>(rng, rows, cols);
+    std::vector<float> const x = tt::random_floats(rng, static_cast<std::size_t>(tokens) * cols);
+    QuantizedRows const q = quantize(x, tokens, cols);
+    Strips const strips(w.matrix);
+    std::vector<float> native(static_cast<std::size_t>(tokens) * rows), portable(native.size());
+    tt::poison(std::span<float>(native));
+    tt::poison(std::span<float>(portable));
+    k::linear_int8<T, Isa::native>(strips.matrix, q.view(), tokens, native.data(), 2);
+    k::linear_int8<T, Isa::portable>(strips.matrix, q.view(), tokens, portable.data(), 1);
+    BOOST_TEST(std::memcmp(native.data(), portable.data(), native.size() * sizeof(float)) == 0,
+               name_of(T) << " " << rows << "x" << cols << ": native and portable differ");
 }
 
 }  // namespace
@@ -155,38 +186,30 @@ BOOST_AUTO_TEST_CASE(quantized_rows_follow_the_definition) {
         BOOST_TEST(
             std::memcmp(native.bytes.data(), portable.bytes.data(), native.bytes.size()) == 0,
             "native and portable quantizers differ at cols " << cols);
-        auto const* row = reinterpret_cast<k::Int8Group const*>(native.bytes.data());
-        for (int b = 0; b < cols / 32; ++b) {
+        k::Int8Row const row = native.view().row(0, cols);
+        int const blocks = cols / 32;
+        for (int b = 0; b < blocks; ++b) {
             float amax = 0;
             for (int i = b * 32; i < b * 32 + 32; ++i) amax = std::max(amax, std::abs(x[i]));
             double const d = amax / 127.0;
-            k::Int8Group const& g = row[b / 4];
-            int const j = b % 4;
-            BOOST_TEST(std::abs(g.scale[j * 4] - d) <= 1e-6 * d);
+            BOOST_TEST(std::abs(row.scale[b] - d) <= 1e-6 * d);
             long sum = 0;
             for (int i = b * 32; i < b * 32 + 32; ++i) {
                 double const value = k::int8_row_value(row, i);
                 BOOST_TEST(std::abs(value - x[i]) <= 0.5 * d * (1 + 1e-5) + 1e-30,
                            "element " << i << " of cols " << cols);
-                sum += std::lround(d > 0 ? value / g.scale[j * 4] : 0.0);
+                sum += row.q[i];
             }
-            BOOST_TEST(std::abs(g.sum[j * 4] - g.scale[j * 4] * sum) <=
-                       1e-6 * std::abs(g.scale[j * 4] * sum) + 1e-30);
-            for (int l = 1; l < 4; ++l) BOOST_TEST(g.sum[j * 4 + l] == 0.0f);
+            BOOST_TEST(std::abs(row.sum[b] - row.scale[b] * sum) <=
+                       1e-6 * std::abs(row.scale[b] * sum) + 1e-30);
         }
-        // A partial last group is zero past its blocks, so it adds nothing to any product.
-        int const blocks = cols / 32;
-        if (blocks % 4 != 0) {
-            k::Int8Group const& last = row[blocks / 4];
-            for (int i = (blocks % 4) * 16; i < 64; ++i) {
-                BOOST_TEST(last.low[i] == 0);
-                BOOST_TEST(last.high[i] == 0);
-            }
-            for (int l = (blocks % 4) * 4; l < 16; ++l) {
-                BOOST_TEST(last.scale[l] == 0.0f);
-                BOOST_TEST(last.sum[l] == 0.0f);
-            }
+        // A partial last group's missing blocks have zero scale and sum, so they add nothing.
+        for (int b = blocks; b < 4 * k::int8_groups(cols); ++b) {
+            BOOST_TEST(row.scale[b] == 0.0f);
+            BOOST_TEST(row.sum[b] == 0.0f);
         }
+        BOOST_TEST(reinterpret_cast<std::byte const*>(row.sum + 4 * k::int8_groups(cols)) <=
+                   native.bytes.data() + k::int8_row_bytes(cols));
     }
 }
 
@@ -201,6 +224,31 @@ BOOST_AUTO_TEST_CASE(q4_1_matches_reference) {
 BOOST_AUTO_TEST_CASE(q8_0_matches_reference) {
     check_shapes<DType::q8_0, Isa::native>(1300);
     check_shapes<DType::q8_0, Isa::portable>(1350);
+}
+
+BOOST_AUTO_TEST_CASE(portable_is_bitwise_native) {
+    // Full and partial strips (rows % 4) and groups (blocks % 4), decode and prefill tiles.
+    for (auto const& [rows, cols, tokens] :
+         {std::tuple{576, 576, 5}, {37, 96, 9}, {6, 160, 1}, {3, 32, 4}, {9, 224, 7}}) {
+        check_portable_equals_native<DType::q4_0>(1600 + rows, rows, cols, tokens);
+        check_portable_equals_native<DType::q4_1>(1700 + rows, rows, cols, tokens);
+        check_portable_equals_native<DType::q8_0>(1800 + rows, rows, cols, tokens);
+    }
+}
+
+// A matrix in the file's layout is refused by the int8 kernel, and a repacked one by repacking.
+BOOST_AUTO_TEST_CASE(layouts_are_checked) {
+    auto rng = tt::seeded_rng(1900);
+    tt::TestWeights const w = tt::make_weights<DType::q4_1>(rng, 8, 64);
+    std::vector<float> const x = tt::random_floats(rng, 64);
+    QuantizedRows const q = quantize(x, 1, 64);
+    std::vector<float> y(8);
+    BOOST_CHECK_THROW(k::linear_int8<DType::q4_1>(w.matrix, q.view(), 1, y.data()), tinfer::Error);
+    Strips const strips(w.matrix);
+    std::vector<std::byte> again(strips.bytes.size());
+    BOOST_CHECK_THROW(k::repack_int8_strips(strips.matrix, again.data()), tinfer::Error);
+    tt::TestWeights const f16 = tt::make_weights<DType::f16>(rng, 8, 64);
+    BOOST_CHECK_THROW(k::repack_int8_strips(f16.matrix, again.data()), tinfer::Error);
 }
 
 BOOST_AUTO_TEST_CASE(batch_invariant_bitwise) {
@@ -223,28 +271,30 @@ BOOST_AUTO_TEST_CASE(fused_epilogues_equal_separate_operations) {
     std::vector<float> buffer(k::linear_scratch_floats(cols));
     std::size_t const n = static_cast<std::size_t>(tokens) * rows;
 
-    auto const check = [&](auto rows_view, auto separate) {
+    auto const check = [&](auto rows_view, k::WeightMatrix const& g_matrix,
+                           k::WeightMatrix const& u_matrix, auto separate) {
         std::vector<float> g(n), u(n), fused(n);
-        separate(gate, g.data());
-        separate(up, u.data());
+        separate(g_matrix, g.data());
+        separate(u_matrix, u.data());
         k::swiglu(g.data(), u.data(), n, g.data());
-        k::gated_linear_team<DType::q4_1>(gate.matrix, up.matrix, rows_view, tokens, fused.data(),
-                                          rows, buffer.data());
+        k::gated_linear_team<DType::q4_1>(g_matrix, u_matrix, rows_view, tokens, fused.data(), rows,
+                                          buffer.data());
         BOOST_TEST(std::memcmp(g.data(), fused.data(), n * sizeof(float)) == 0);
 
         std::vector<float> sum = base, product(n);
-        separate(gate, product.data());
+        separate(g_matrix, product.data());
         for (std::size_t i = 0; i < n; ++i) product[i] = base[i] + product[i];
-        k::linear_team<DType::q4_1>(gate.matrix, rows_view, tokens, sum.data(), rows,
+        k::linear_team<DType::q4_1>(g_matrix, rows_view, tokens, sum.data(), rows,
                                     k::Store::accumulate, buffer.data());
         BOOST_TEST(std::memcmp(sum.data(), product.data(), n * sizeof(float)) == 0);
     };
-    check(k::FloatRows{x.data(), static_cast<std::size_t>(cols)},
-          [&](tt::TestWeights const& w, float* y) {
-              k::linear<DType::q4_1>(w.matrix, x.data(), tokens, y, 1);
+    check(k::FloatRows{x.data(), static_cast<std::size_t>(cols)}, gate.matrix, up.matrix,
+          [&](k::WeightMatrix const& w, float* y) {
+              k::linear<DType::q4_1>(w, x.data(), tokens, y, 1);
           });
-    check(q.view(), [&](tt::TestWeights const& w, float* y) {
-        k::linear_int8<DType::q4_1>(w.matrix, q.view(), tokens, y, 1);
+    Strips const gate_strips(gate.matrix), up_strips(up.matrix);
+    check(q.view(), gate_strips.matrix, up_strips.matrix, [&](k::WeightMatrix const& w, float* y) {
+        k::linear_int8<DType::q4_1>(w, q.view(), tokens, y, 1);
     });
 }
 

@@ -1,28 +1,37 @@
 #pragma once
-// Integer dot products of quantized weight rows (Q4_0, Q4_1, Q8_0, read in place as GGUF stores
-// them) with int8 activation rows (kernels/int8_activations.hpp).
+// Integer products of quantized weights (Q4_0, Q4_1, Q8_0) with int8 activation rows
+// (kernels/int8_activations.hpp), on weights repacked once into 4-row strips.
 //
 // For weight block j with scale d_j and int8 activations with scale e_j:
 //   Q4_1  w = d q + m  (q in 0..15):      w . x = d e sum(q x) + m * e sum(x)
 //   Q4_0  w = d (q - 8):                  w . x = d e sum(q x) - 8 d * e sum(x)
-//   Q8_0  w = d q (q in -128..127), run as unsigned q + 128 (VNNI multiplies unsigned by
+//   Q8_0  w = d q (q in -128..127), stored as unsigned q + 128 (VNNI multiplies unsigned by
 //         signed bytes):                  w . x = d e sum((q + 128) x) - 128 d * e sum(x)
 // The integer sums are exact (vpdpbusd: 4 byte products per int32 lane); e sum(x) is the
-// activation row's precomputed `sum`. So every output is
-//   sum over groups of [ float(S) * (d e) + offset * sum ]   in 16 float lanes,
-// added up once at the end.
+// activation row's precomputed `sum`.
 //
-// AVX-512 (F, BW, VNNI, VBMI): a group of 4 weight blocks is two overlapping 64-byte loads
-// and one byte permute (vpermt2b) that gathers the 64 nibble bytes in activation order; the
-// blocks' f16 scales are gathered by a word permute straight into the lanes their sums occupy.
-// A register tile of R weight rows x T tokens reuses each decoded group for T tokens.
+// Strip layout (why: the GGUF's row-by-row blocks need a byte gather and two scale permutes
+// per block group before any product; this layout needs none). Rows go in strips of 4, the last
+// strip padded with zero rows. A strip is the row's blocks in groups of 4 (the last group may
+// hold fewer), each group
+//   quants   per block j: Q4_x: 64 bytes, row r's 16 nibble bytes at 16r (so one register holds
+//            block j of all four rows, row r in 128-bit lane r); Q8_0: 128 bytes, the low halves
+//            (elements 0..15, +128) of the four rows then the high halves
+//   d[16]    f16 scales, d[4r + j] of row r block j (zero for blocks the group lacks)
+//   m[16]    Q4_1 only: f16 minimums, same order
+// A 512-bit vpdpbusd of block j with its 16 activation bytes broadcast to the four lanes leaves
+// row r's partial sums in lanes 4r..4r+3; a 4x4 transpose-add of the group's four blocks gives
+// lane 4r + j = row r's block-j sum, where d (loaded as is) and the activations' four scales
+// (one 128-bit broadcast) line up without shuffles.
 //
-// Batch invariance: each (row, token) accumulator receives the same operations in the same
-// order whatever the tile shape, the batch or the thread, so outputs are bitwise the same for
-// a token alone or in any batch. The portable version keeps this too (with its own order).
+// Batch invariance: every (row, token) output receives the same operations in the same order
+// whatever the token tile, the batch or the thread. The portable version does the same float
+// operations in the same order (fused multiply-adds included), so it is bitwise the vector one.
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include <tinfer/core/dtype.hpp>
 #include <tinfer/format/quant_blocks.hpp>
@@ -38,212 +47,288 @@ constexpr bool has_int8_dot(DType t) {
     return t == DType::q4_0 || t == DType::q4_1 || t == DType::q8_0;
 }
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && \
-    defined(__AVX512VBMI__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 inline constexpr bool int8_dot_vectorized = true;
 #else
 inline constexpr bool int8_dot_vectorized = false;
 #endif
 
+inline constexpr int int8_strip_rows = 4;  // one 128-bit lane each
+
+// Sizes of the strip layout for weights W.
+template <DType W>
+struct Int8StripFormat {
+    static_assert(has_int8_dot(W), "Int8StripFormat: weights must be Q4_0, Q4_1 or Q8_0");
+    static constexpr bool nibbles = W != DType::q8_0;
+    static constexpr bool stores_minimum = W == DType::q4_1;
+    // Bytes of one block's quants for the strip's four rows.
+    static constexpr std::size_t block_bytes =
+        int8_strip_rows * (nibbles ? int8_block_elements / 2 : int8_block_elements);
+    static constexpr std::size_t scale_array_bytes =
+        int8_strip_rows * int8_group_blocks * sizeof(std::uint16_t);
+    static constexpr std::size_t scale_bytes = scale_array_bytes * (stores_minimum ? 2 : 1);
+    // What Q4_0 and Q8_0 multiply d by for the offset term (Q4_1 stores it).
+    static constexpr float offset_factor = W == DType::q4_0 ? -8.0f : -128.0f;
+
+    static constexpr std::size_t group_bytes(int blocks_in_group) {
+        return static_cast<std::size_t>(blocks_in_group) * block_bytes + scale_bytes;
+    }
+    static constexpr std::size_t strip_bytes(int cols) {
+        int const blocks = cols / int8_block_elements;
+        int const rest = blocks % int8_group_blocks;
+        return static_cast<std::size_t>(blocks / int8_group_blocks) *
+                   group_bytes(int8_group_blocks) +
+               (rest != 0 ? group_bytes(rest) : 0);
+    }
+    static constexpr int strips(int rows) { return (rows + int8_strip_rows - 1) / int8_strip_rows; }
+    static constexpr std::size_t matrix_bytes(int rows, int cols) {
+        return static_cast<std::size_t>(strips(rows)) * strip_bytes(cols);
+    }
+};
+
+// Bytes repack_int8_strips writes for a matrix of encoding `type`.
+inline std::size_t int8_strip_matrix_bytes(DType type, int rows, int cols) {
+    switch (type) {
+        case DType::q4_0:
+            return Int8StripFormat<DType::q4_0>::matrix_bytes(rows, cols);
+        case DType::q4_1:
+            return Int8StripFormat<DType::q4_1>::matrix_bytes(rows, cols);
+        case DType::q8_0:
+            return Int8StripFormat<DType::q8_0>::matrix_bytes(rows, cols);
+        default:
+            throw Error("int8 strips: " + std::string(name_of(type)) + " has no int8 product");
+    }
+}
+
+// Writes the strip layout of `w` (GGUF layout) to `out` (int8_strip_matrix_bytes bytes) and
+// returns the matrix viewing it.
+template <DType W>
+WeightMatrix repack_int8_strips(WeightMatrix const& w, std::byte* out) {
+    check_weight_matrix<W>(w, "int8 strips");
+    if (w.layout != WeightLayout::gguf) throw Error("int8 strips: the matrix is already repacked");
+    using Format = Int8StripFormat<W>;
+    using Block = quant::BlockOfT<W>;
+    int const blocks = w.cols / int8_block_elements;
+    for (int strip = 0; strip < Format::strips(w.rows); ++strip) {
+        std::byte* p = out + static_cast<std::size_t>(strip) * Format::strip_bytes(w.cols);
+        for (int first = 0; first < blocks; first += int8_group_blocks) {
+            int const n = std::min(int8_group_blocks, blocks - first);
+            std::uint16_t d[int8_strip_rows * int8_group_blocks] = {};
+            std::uint16_t m[int8_strip_rows * int8_group_blocks] = {};
+            std::memset(p, 0, Format::group_bytes(n));
+            for (int r = 0; r < int8_strip_rows; ++r) {
+                int const row = strip * int8_strip_rows + r;
+                if (row >= w.rows) continue;  // padding rows: zero quants and scales
+                auto const* source = reinterpret_cast<Block const*>(row_pointer<W>(w, row));
+                for (int j = 0; j < n; ++j) {
+                    Block const& block = source[first + j];
+                    std::byte* quants = p + static_cast<std::size_t>(j) * Format::block_bytes;
+                    if constexpr (Format::nibbles) {
+                        std::memcpy(quants + 16 * r, block.qs, 16);
+                    } else {
+                        for (int k = 0; k < 16; ++k) {
+                            quants[16 * r + k] =
+                                std::byte(static_cast<std::uint8_t>(block.qs[k]) ^ 0x80u);
+                            quants[64 + 16 * r + k] =
+                                std::byte(static_cast<std::uint8_t>(block.qs[16 + k]) ^ 0x80u);
+                        }
+                    }
+                    d[int8_group_blocks * r + j] = block.d;
+                    if constexpr (Format::stores_minimum) m[int8_group_blocks * r + j] = block.m;
+                }
+            }
+            p += static_cast<std::size_t>(n) * Format::block_bytes;
+            std::memcpy(p, d, sizeof d);
+            p += sizeof d;
+            if constexpr (Format::stores_minimum) {
+                std::memcpy(p, m, sizeof m);
+                p += sizeof m;
+            }
+        }
+    }
+    return {W, w.rows, w.cols, out, WeightLayout::int8_strips};
+}
+
+inline WeightMatrix repack_int8_strips(WeightMatrix const& w, std::byte* out) {
+    switch (w.type) {
+        case DType::q4_0:
+            return repack_int8_strips<DType::q4_0>(w, out);
+        case DType::q4_1:
+            return repack_int8_strips<DType::q4_1>(w, out);
+        case DType::q8_0:
+            return repack_int8_strips<DType::q8_0>(w, out);
+        default:
+            throw Error("int8 strips: " + std::string(name_of(w.type)) + " has no int8 product");
+    }
+}
+
 namespace detail {
 
-// The constant the weight offset multiplies the block scale by (0: the offset is stored).
-template <DType W>
-constexpr float weight_offset_factor() {
-    if constexpr (W == DType::q4_0) {
-        return -8.0f;
-    } else if constexpr (W == DType::q8_0) {
-        return -128.0f;
-    } else {
-        return 0.0f;
-    }
-}
-
-// Portable: one block at a time, the integer sum exact, in the same lane-free order for every
-// (row, token).
-template <DType W>
-float int8_dot_portable(std::byte const* w_row, Int8Group const* x, int blocks) {
-    using Block = quant::BlockOfT<W>;
-    auto const* w = reinterpret_cast<Block const*>(w_row);
-    float total = 0, offsets = 0;
-    for (int b = 0; b < blocks; ++b) {
-        Int8Group const& group = x[b / int8_group_blocks];
-        int const j = b % int8_group_blocks;
-        std::int8_t const* low = group.low + j * int8_half_block;
-        std::int8_t const* high = group.high + j * int8_half_block;
-        int sum = 0;
-        for (int k = 0; k < int8_half_block; ++k) {
-            if constexpr (W == DType::q8_0) {
-                sum += w[b].qs[k] * low[k] + w[b].qs[k + int8_half_block] * high[k];
-            } else {
-                sum += (w[b].qs[k] & 0x0f) * low[k] + (w[b].qs[k] >> 4) * high[k];
-            }
-        }
-        float const d = f16_to_float_branchless(w[b].d);
-        float const e = group.scale[j * int8_lanes_per_block];
-        total += static_cast<float>(sum) * (d * e);
-        if constexpr (W == DType::q4_1) {
-            offsets += f16_to_float_branchless(w[b].m) * group.sum[j * int8_lanes_per_block];
-        } else if constexpr (W == DType::q4_0) {
-            offsets += weight_offset_factor<W>() * d * group.sum[j * int8_lanes_per_block];
-        }
-    }
-    return total + offsets;
-}
-
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && \
-    defined(__AVX512VBMI__)
-
-// One group of up to 4 weight blocks, decoded for the integer products.
-struct WeightGroup {
-    __m512i low;    // unsigned bytes pairing with Int8Group::low
-    __m512i high;   // unsigned bytes pairing with Int8Group::high
-    __m512 scale;   // d_j in lanes 4j..4j+3
-    __m512 offset;  // the offset term's weight factor, same lanes
-};
-
-template <std::size_t N>
-struct ByteIndex {
-    alignas(64) std::uint8_t values[N];
-};
-
-// Source byte of nibble byte 16j + k: block j's qs[k], counting from `origin`.
-template <DType W>
-consteval ByteIndex<64> nibble_index(int first_qs_byte, int origin) {
-    ByteIndex<64> index{};
-    for (int j = 0; j < int8_group_blocks; ++j)
-        for (int k = 0; k < int8_half_block; ++k)
-            index.values[j * int8_half_block + k] = static_cast<std::uint8_t>(
-                j * static_cast<int>(sizeof(quant::BlockOfT<W>)) + first_qs_byte + k - origin);
-    return index;
-}
-
-// Source 16-bit word of lane l's scale (word_in_block 0: d, 1: Q4_1's m).
-template <DType W>
-consteval ByteIndex<64> scale_word_index(int word_in_block) {
-    ByteIndex<64> index{};  // 32 little-endian words; the upper 16 are unused
-    for (int l = 0; l < int8_lanes; ++l) {
-        int const word =
-            l / int8_lanes_per_block * static_cast<int>(sizeof(quant::BlockOfT<W>) / 2) +
-            word_in_block;
-        index.values[2 * l] = static_cast<std::uint8_t>(word);
-    }
-    return index;
-}
-
-inline __m512i load_index(ByteIndex<64> const& index) {
-    return _mm512_load_si512(static_cast<void const*>(index.values));
-}
-
-// Mask of the first `bytes` bytes of a 64-byte load (none when bytes <= 0).
-inline __mmask64 first_bytes(int bytes) {
-    if (bytes >= 64) return ~__mmask64{0};
-    if (bytes <= 0) return 0;
-    return (__mmask64{1} << bytes) - 1;
-}
-
-// Blocks [0, n) of the group starting at `p` (n <= 4; missing blocks read as zero). Masked
-// loads never touch bytes past the group's last block, so the last row of a mapping is safe.
-// full: n == 4, known at compile time, so the masks are constants.
-template <DType W, bool full>
-inline WeightGroup load_weight_group(std::byte const* p, int n) {
-    constexpr int block_size = static_cast<int>(sizeof(quant::BlockOfT<W>));
-    int const bytes = (full ? int8_group_blocks : n) * block_size;
-    __m512i const nibble_mask = _mm512_set1_epi8(0x0f);
-    WeightGroup g;
-    if constexpr (W == DType::q4_0 || W == DType::q4_1) {
-        constexpr int qs_offset = W == DType::q4_1 ? 4 : 2;
-        static constexpr ByteIndex<64> qs_index = nibble_index<W>(qs_offset, 0);
-        static constexpr ByteIndex<64> d_index = scale_word_index<W>(0);
-        __m512i const a = _mm512_maskz_loadu_epi8(first_bytes(bytes), p);
-        __m512i const b = _mm512_maskz_loadu_epi8(first_bytes(bytes - 64), p + 64);
-        __m512i const qs = _mm512_permutex2var_epi8(a, load_index(qs_index), b);
-        g.low = _mm512_and_si512(qs, nibble_mask);
-        g.high = _mm512_and_si512(_mm512_srli_epi16(qs, 4), nibble_mask);
-        g.scale = _mm512_cvtph_ps(
-            _mm512_castsi512_si256(_mm512_permutexvar_epi16(load_index(d_index), a)));
-        if constexpr (W == DType::q4_1) {
-            static constexpr ByteIndex<64> m_index = scale_word_index<W>(1);
-            g.offset = _mm512_cvtph_ps(
-                _mm512_castsi512_si256(_mm512_permutexvar_epi16(load_index(m_index), a)));
-        } else {
-            g.offset = _mm512_mul_ps(g.scale, _mm512_set1_ps(weight_offset_factor<W>()));
-        }
-    } else {
-        static_assert(W == DType::q8_0);
-        // 4 blocks span 136 bytes: low halves come from bytes [0, 128), high halves from
-        // [8, 136), each window two registers wide.
-        constexpr int shift = 8;
-        static constexpr ByteIndex<64> low_index = nibble_index<W>(2, 0);
-        static constexpr ByteIndex<64> high_index = nibble_index<W>(2 + int8_half_block, shift);
-        static constexpr ByteIndex<64> d_index = scale_word_index<W>(0);
-        __m512i const a = _mm512_maskz_loadu_epi8(first_bytes(bytes), p);
-        __m512i const b = _mm512_maskz_loadu_epi8(first_bytes(bytes - 64), p + 64);
-        __m512i const a_shifted = _mm512_maskz_loadu_epi8(first_bytes(bytes - shift), p + shift);
-        __m512i const b_shifted =
-            _mm512_maskz_loadu_epi8(first_bytes(bytes - shift - 64), p + shift + 64);
-        __m512i const to_unsigned = _mm512_set1_epi8(static_cast<char>(0x80));
-        g.low =
-            _mm512_xor_si512(_mm512_permutex2var_epi8(a, load_index(low_index), b), to_unsigned);
-        g.high = _mm512_xor_si512(
-            _mm512_permutex2var_epi8(a_shifted, load_index(high_index), b_shifted), to_unsigned);
-        g.scale = _mm512_cvtph_ps(
-            _mm512_castsi512_si256(_mm512_permutex2var_epi16(a, load_index(d_index), b)));
-        // Blocks past n: their bytes read as zero, +128 each, against zero activations.
-        g.offset = _mm512_mul_ps(g.scale, _mm512_set1_ps(weight_offset_factor<W>()));
-    }
-    return g;
-}
-
-// out[r][t] = w_rows[r] . x_rows[t] over `blocks` blocks.
-template <DType W, int R, int T>
-inline void int8_tile_avx512(std::byte const* const (&w_rows)[R],
-                             Int8Group const* const (&x_rows)[T], int blocks, float (&out)[R][T]) {
-    constexpr std::size_t group_bytes = int8_group_blocks * sizeof(quant::BlockOfT<W>);
-    __m512 acc[R][T];
-    for (int r = 0; r < R; ++r)
-        for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
-    auto const group = [&]<bool full>(int g, int n) {
+// Portable: the vector version's float operations, lane by lane. acc[r][j] is lane 4r + j.
+template <DType W, int T>
+void int8_strip_tile_portable(std::byte const* strip, int cols, Int8Row const (&x)[T],
+                              float (&out)[int8_strip_rows][T]) {
+    using Format = Int8StripFormat<W>;
+    constexpr int R = int8_strip_rows, J = int8_group_blocks;
+    float acc[T][R][J] = {};
+    int const blocks = cols / int8_block_elements;
+    std::byte const* p = strip;
+    for (int first = 0; first < blocks; first += J) {
+        int const n = std::min(J, blocks - first);
+        auto const* quants = reinterpret_cast<std::uint8_t const*>(p);
+        std::byte const* scales = p + static_cast<std::size_t>(n) * Format::block_bytes;
+        float d[R][J], m[R][J];
         for (int r = 0; r < R; ++r) {
-            WeightGroup const w = load_weight_group<W, full>(w_rows[r] + g * group_bytes, n);
-            for (int t = 0; t < T; ++t) {
-                Int8Group const& x = x_rows[t][g];
-                __m512i sums =
-                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.low, _mm512_loadu_si512(x.low));
-                sums = _mm512_dpbusd_epi32(sums, w.high, _mm512_loadu_si512(x.high));
-                __m512 const scale = _mm512_mul_ps(w.scale, _mm512_loadu_ps(x.scale));
-                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, acc[r][t]);
-                acc[r][t] = _mm512_fmadd_ps(w.offset, _mm512_loadu_ps(x.sum), acc[r][t]);
+            for (int j = 0; j < J; ++j) {
+                std::uint16_t bits;
+                std::memcpy(&bits, scales + 2 * (J * r + j), 2);
+                d[r][j] = f16_to_float_branchless(bits);
+                if constexpr (Format::stores_minimum) {
+                    std::memcpy(&bits, scales + Format::scale_array_bytes + 2 * (J * r + j), 2);
+                    m[r][j] = f16_to_float_branchless(bits);
+                } else {
+                    m[r][j] = d[r][j] * Format::offset_factor;
+                }
             }
+        }
+        for (int t = 0; t < T; ++t) {
+            for (int r = 0; r < R; ++r) {
+                for (int j = 0; j < J; ++j) {
+                    int sum = 0;
+                    if (j < n) {
+                        std::uint8_t const* block = quants + j * Format::block_bytes;
+                        std::int8_t const* xq = x[t].q + (first + j) * int8_block_elements;
+                        for (int k = 0; k < 16; ++k) {
+                            if constexpr (Format::nibbles) {
+                                sum += (block[16 * r + k] & 0x0f) * xq[k] +
+                                       (block[16 * r + k] >> 4) * xq[16 + k];
+                            } else {
+                                sum +=
+                                    block[16 * r + k] * xq[k] + block[64 + 16 * r + k] * xq[16 + k];
+                            }
+                        }
+                    }
+                    float const scale = d[r][j] * x[t].scale[first + j];
+                    acc[t][r][j] = std::fma(static_cast<float>(sum), scale, acc[t][r][j]);
+                    acc[t][r][j] = std::fma(m[r][j], x[t].sum[first + j], acc[t][r][j]);
+                }
+            }
+        }
+        p += Format::group_bytes(n);
+    }
+    for (int t = 0; t < T; ++t)
+        for (int r = 0; r < R; ++r)
+            out[r][t] = (acc[t][r][0] + acc[t][r][1]) + (acc[t][r][2] + acc[t][r][3]);
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+
+// Lane 4r + j of the result = the sum of lanes 4r..4r+3 of s[j] (exact: int32 adds).
+inline __m512i transpose_add(__m512i s0, __m512i s1, __m512i s2, __m512i s3) {
+    __m512i const u0 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(s0, s1), _mm512_unpackhi_epi32(s0, s1));
+    __m512i const u1 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(s2, s3), _mm512_unpackhi_epi32(s2, s3));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(u0, u1), _mm512_unpackhi_epi64(u0, u1));
+}
+
+template <DType W, int T>
+void int8_strip_tile_avx512(std::byte const* strip, int cols, Int8Row const (&x)[T],
+                            float (&out)[int8_strip_rows][T]) {
+    using Format = Int8StripFormat<W>;
+    constexpr int J = int8_group_blocks;
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    // One group of n blocks (n known at compile time: full groups, then the tail).
+    auto const group = [&]<int n>(std::byte const* p, int first) {
+        __m512i low[n], high[n];
+        for (int j = 0; j < n; ++j) {
+            std::byte const* quants = p + static_cast<std::size_t>(j) * Format::block_bytes;
+            if constexpr (Format::nibbles) {
+                __m512i const bytes = _mm512_loadu_si512(quants);
+                __m512i const nibble = _mm512_set1_epi8(0x0f);
+                low[j] = _mm512_and_si512(bytes, nibble);
+                high[j] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble);
+            } else {
+                low[j] = _mm512_loadu_si512(quants);
+                high[j] = _mm512_loadu_si512(quants + 64);
+            }
+        }
+        std::byte const* scales = p + static_cast<std::size_t>(n) * Format::block_bytes;
+        __m512 const d =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<__m256i const*>(scales)));
+        __m512 m;
+        if constexpr (Format::stores_minimum) {
+            m = _mm512_cvtph_ps(_mm256_loadu_si256(
+                reinterpret_cast<__m256i const*>(scales + Format::scale_array_bytes)));
+        } else {
+            m = _mm512_mul_ps(d, _mm512_set1_ps(Format::offset_factor));
+        }
+        for (int t = 0; t < T; ++t) {
+            __m512i sums[J];
+            for (int j = 0; j < J; ++j) {
+                if (j < n) {
+                    std::int8_t const* xq = x[t].q + (first + j) * int8_block_elements;
+                    __m512i const x_low = _mm512_broadcast_i32x4(
+                        _mm_loadu_si128(reinterpret_cast<__m128i const*>(xq)));
+                    __m512i const x_high = _mm512_broadcast_i32x4(
+                        _mm_loadu_si128(reinterpret_cast<__m128i const*>(xq + 16)));
+                    sums[j] = _mm512_dpbusd_epi32(
+                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), low[j], x_low), high[j],
+                        x_high);
+                } else {
+                    sums[j] = _mm512_setzero_si512();
+                }
+            }
+            __m512i const block_sums = transpose_add(sums[0], sums[1], sums[2], sums[3]);
+            __m512 const e = _mm512_broadcast_f32x4(_mm_loadu_ps(x[t].scale + first));
+            __m512 const x_sum = _mm512_broadcast_f32x4(_mm_loadu_ps(x[t].sum + first));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(block_sums), _mm512_mul_ps(d, e), acc[t]);
+            acc[t] = _mm512_fmadd_ps(m, x_sum, acc[t]);
         }
     };
-    int const full_groups = blocks / int8_group_blocks;
-    for (int g = 0; g < full_groups; ++g) group.template operator()<true>(g, int8_group_blocks);
-    if (int const rest = blocks % int8_group_blocks; rest != 0)
-        group.template operator()<false>(full_groups, rest);
-    for (int r = 0; r < R; ++r)
-        for (int t = 0; t < T; ++t) out[r][t] = _mm512_reduce_add_ps(acc[r][t]);
+    int const blocks = cols / int8_block_elements;
+    int const full = blocks / J;
+    std::byte const* p = strip;
+    for (int g = 0; g < full; ++g, p += Format::group_bytes(J))
+        group.template operator()<J>(p, J * g);
+    switch (blocks % J) {
+        case 1:
+            group.template operator()<1>(p, J * full);
+            break;
+        case 2:
+            group.template operator()<2>(p, J * full);
+            break;
+        case 3:
+            group.template operator()<3>(p, J * full);
+            break;
+        default:
+            break;
+    }
+    for (int t = 0; t < T; ++t) {
+        alignas(64) float lanes[16];
+        _mm512_store_ps(lanes, acc[t]);
+        for (int r = 0; r < int8_strip_rows; ++r)
+            out[r][t] = (lanes[4 * r] + lanes[4 * r + 1]) + (lanes[4 * r + 2] + lanes[4 * r + 3]);
+    }
 }
 
 #endif
 
 }  // namespace detail
 
-// out[r][t] = w_rows[r] . x_rows[t], each weight row `blocks` blocks of W.
-template <DType W, int R, int T, Isa isa = Isa::native>
-inline void int8_tile(std::byte const* const (&w_rows)[R], Int8Group const* const (&x_rows)[T],
-                      int blocks, float (&out)[R][T]) {
-    static_assert(has_int8_dot(W), "int8_tile: weights must be Q4_0, Q4_1 or Q8_0");
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && \
-    defined(__AVX512VBMI__)
+// out[r][t] = row r of the strip . x[t], the strip in the layout above with `cols` columns.
+template <DType W, int T, Isa isa = Isa::native>
+inline void int8_strip_tile(std::byte const* strip, int cols, Int8Row const (&x)[T],
+                            float (&out)[int8_strip_rows][T]) {
+    static_assert(has_int8_dot(W), "int8_strip_tile: weights must be Q4_0, Q4_1 or Q8_0");
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
     if constexpr (isa == Isa::native) {
-        detail::int8_tile_avx512<W, R, T>(w_rows, x_rows, blocks, out);
+        detail::int8_strip_tile_avx512<W, T>(strip, cols, x, out);
         return;
     }
 #endif
-    for (int r = 0; r < R; ++r)
-        for (int t = 0; t < T; ++t)
-            out[r][t] = detail::int8_dot_portable<W>(w_rows[r], x_rows[t], blocks);
+    detail::int8_strip_tile_portable<W, T>(strip, cols, x, out);
 }
 
 }  // namespace tinfer::kernels

@@ -1,14 +1,13 @@
 #pragma once
-// y = x W^T computed directly on the stored weights: x [tokens][cols] (float32, or int8 rows as
-// kernels/int8_activations.hpp lays them out), W [rows][cols] in any weight encoding, y
-// [tokens][rows] float.
+// y = x W^T computed on quantized weights: x [tokens][cols] (float32, or int8 rows as
+// kernels/int8_activations.hpp lays them out), W [rows][cols], y [tokens][rows] float.
 //
-// Work split: a thread owns strips of `linear_row_tile` weight rows (output features) and
-// multiplies each with register tiles of `linear_token_tile` tokens, so during prefill every
-// weight block is read from memory once per chunk of tokens, never once per token. Float
-// activations: the strip is decoded once per chunk into a small per-thread buffer (row_tile x
-// cols floats, L1/L2 sized). Int8 activations: the tile reads the quantized blocks in place
-// (kernels/int8_dot.hpp).
+// Work split: a thread owns strips of weight rows (output features) and multiplies each with
+// register tiles of `linear_token_tile` tokens, so during prefill every weight block is read
+// from memory once per chunk of tokens, never once per token. Float activations: W as the GGUF
+// stores it, in any encoding; a strip of `linear_row_tile` rows is decoded once per chunk into a
+// small per-thread buffer (row_tile x cols floats, L1/L2 sized). Int8 activations: W repacked
+// once into 4-row strips (kernels/int8_dot.hpp), read in place.
 //
 // Threads: the *_team functions share their strips over the threads of the enclosing OpenMP
 // team (an orphaned `omp for ... nowait`), so a whole forward pass runs in one parallel region
@@ -118,39 +117,50 @@ struct FloatStrip {
     }
 };
 
-// R weight rows read in place for products with int8 activations.
-template <DType W, int R, Isa isa>
-struct Int8Strip {
-    std::byte const* rows[R];
-    int blocks;
-    Int8Strip(WeightMatrix const& w, int first_row, float*) : blocks(w.cols / int8_block_elements) {
-        for (int r = 0; r < R; ++r) rows[r] = row_pointer<W>(w, first_row + r);
-    }
-    template <int T>
-    void products(Int8Rows x, int first_token, float (&out)[R][T]) const {
-        Int8Group const* x_rows[T];
-        for (int t = 0; t < T; ++t) x_rows[t] = x.row(first_token + t);
-        int8_tile<W, R, T, isa>(rows, x_rows, blocks, out);
-    }
-};
+// Strip `strip` of an int8-strip matrix times tokens [first, last): emit(t0, out[4][T]) per tile
+// of linear_token_tile tokens, then per token.
+template <DType W, Isa isa, class Emit>
+inline void int8_strip_products(WeightMatrix const& w, int strip, Int8Rows x, int first, int last,
+                                Emit&& emit) {
+    std::byte const* p =
+        w.data + static_cast<std::size_t>(strip) * Int8StripFormat<W>::strip_bytes(w.cols);
+    auto const tile = [&]<int T>(int t0) {
+        Int8Row rows[T];
+        for (int t = 0; t < T; ++t) rows[t] = x.row(t0 + t, w.cols);
+        float out[int8_strip_rows][T];
+        int8_strip_tile<W, T, isa>(p, w.cols, rows, out);
+        emit(t0, out);
+    };
+    int t = first;
+    for (; t + linear_token_tile <= last; t += linear_token_tile)
+        tile.template operator()<linear_token_tile>(t);
+    for (; t < last; ++t) tile.template operator()<1>(t);
+}
 
-template <DType W, int R, class Rows, Isa isa>
-struct StripFor;
-template <DType W, int R, Isa isa>
-struct StripFor<W, R, FloatRows, isa> {
-    using type = FloatStrip<W, R>;
-};
-template <DType W, int R, Isa isa>
-struct StripFor<W, R, Int8Rows, isa> {
-    using type = Int8Strip<W, R, isa>;
-};
+// Shares the strips of an int8-strip matrix over the enclosing team, chunk by chunk of tokens:
+// run(strip, first_token, last_token).
+template <class Run>
+inline void share_int8_strips(int rows, int tokens, std::size_t x_row_bytes, Run&& run) {
+    int const strips = (rows + int8_strip_rows - 1) / int8_strip_rows;
+    int const chunk = linear_token_chunk(x_row_bytes);
+    for (int first = 0; first < tokens; first += chunk) {
+        int const last = std::min(tokens, first + chunk);
+#pragma omp for schedule(static) nowait
+        for (int strip = 0; strip < strips; ++strip) run(strip, first, last);
+    }
+}
 
-template <class Rows>
-std::size_t row_bytes_of(Rows x) {
-    if constexpr (std::is_same_v<Rows, FloatRows>) {
-        return x.stride * sizeof(float);
-    } else {
-        return x.stride;
+// The rows of strip `strip` that exist (the last strip may be padding in part).
+inline int strip_rows(int rows, int strip) {
+    return std::min(int8_strip_rows, rows - strip * int8_strip_rows);
+}
+
+// Throws unless `w` is the strip layout of weights W.
+template <DType W>
+void check_int8_strips(WeightMatrix const& w) {
+    check_weight_matrix<W>(w, "int8 linear weights");
+    if (w.layout != WeightLayout::int8_strips) {
+        throw Error("int8 linear: weights must be repacked first (kernels::repack_int8_strips)");
     }
 }
 
@@ -195,41 +205,68 @@ inline void share_strips(int rows, int tokens, int chunk, Run&& run) {
 }  // namespace detail
 
 // y [tokens][y_stride] (columns 0 .. w.rows-1) = x . W^T, or += with Store::accumulate, shared
-// over the enclosing team without a closing barrier. x: FloatRows or Int8Rows (Int8Rows needs
-// has_int8_dot(W)); buffer: this thread's linear_scratch_floats(w.cols) floats (float rows).
-template <DType W, Isa isa = Isa::native, class Rows>
-void linear_team(WeightMatrix const& w, Rows x, int tokens, float* y, std::size_t y_stride,
+// over the enclosing team without a closing barrier. Float rows: W in the GGUF layout, buffer
+// this thread's linear_scratch_floats(w.cols) floats. Int8 rows: W repacked into int8 strips
+// (repack_int8_strips; needs has_int8_dot(W)), no buffer.
+template <DType W, Isa isa = Isa::native>
+void linear_team(WeightMatrix const& w, FloatRows x, int tokens, float* y, std::size_t y_stride,
                  Store store, float* buffer) {
-    detail::share_strips(
-        w.rows, tokens, linear_token_chunk(detail::row_bytes_of(x)),
-        [&]<int R>(int first_row, int first, int last) {
-            typename detail::StripFor<W, R, Rows, isa>::type const strip(w, first_row, buffer);
-            detail::sweep_tokens<decltype(strip), R>(
-                strip, x, first, last, [&]<int T>(int t0, float(&out)[R][T]) {
-                    for (int t = 0; t < T; ++t) {
-                        float* row = y + static_cast<std::size_t>(t0 + t) * y_stride + first_row;
-                        for (int r = 0; r < R; ++r) {
-                            if (store == Store::accumulate) {
-                                row[r] += out[r][t];
-                            } else {
-                                row[r] = out[r][t];
-                            }
+    auto const put = [&]<int R, int T>(int first_row, int t0, float(&out)[R][T], int rows) {
+        for (int t = 0; t < T; ++t) {
+            float* row = y + static_cast<std::size_t>(t0 + t) * y_stride + first_row;
+            for (int r = 0; r < rows; ++r) {
+                if (store == Store::accumulate) {
+                    row[r] += out[r][t];
+                } else {
+                    row[r] = out[r][t];
+                }
+            }
+        }
+    };
+    detail::share_strips(w.rows, tokens, linear_token_chunk(x.stride * sizeof(float)),
+                         [&]<int R>(int first_row, int first, int last) {
+                             detail::FloatStrip<W, R> const strip(w, first_row, buffer);
+                             detail::sweep_tokens<decltype(strip), R>(
+                                 strip, x, first, last, [&]<int T>(int t0, float(&out)[R][T]) {
+                                     put(first_row, t0, out, R);
+                                 });
+                         });
+}
+
+template <DType W, Isa isa = Isa::native>
+void linear_team(WeightMatrix const& w, Int8Rows x, int tokens, float* y, std::size_t y_stride,
+                 Store store, float* /*buffer*/ = nullptr) {
+    static_assert(has_int8_dot(W), "linear_team: int8 activations need Q4_0, Q4_1 or Q8_0 weights");
+    detail::share_int8_strips(w.rows, tokens, x.stride, [&](int strip, int first, int last) {
+        int const first_row = strip * int8_strip_rows;
+        int const rows = detail::strip_rows(w.rows, strip);
+        detail::int8_strip_products<W, isa>(
+            w, strip, x, first, last, [&]<int T>(int t0, float(&out)[int8_strip_rows][T]) {
+                for (int t = 0; t < T; ++t) {
+                    float* row = y + static_cast<std::size_t>(t0 + t) * y_stride + first_row;
+                    for (int r = 0; r < rows; ++r) {
+                        if (store == Store::accumulate) {
+                            row[r] += out[r][t];
+                        } else {
+                            row[r] = out[r][t];
                         }
                     }
-                });
-        });
+                }
+            });
+    });
 }
 
 // The gated FFN's first half: out [tokens][out_stride] = silu(x . G^T) * (x . U^T), both
-// products of a row computed by the same thread and combined before they are stored. buffer:
-// linear_scratch_floats(cols) floats of this thread.
-template <DType W, Isa isa = Isa::native, class Rows>
-void gated_linear_team(WeightMatrix const& gate, WeightMatrix const& up, Rows x, int tokens,
+// products of a row computed by the same thread and combined before they are stored. Float
+// rows: buffer is linear_scratch_floats(cols) floats of this thread. Int8 rows: both matrices
+// repacked into int8 strips.
+template <DType W, Isa isa = Isa::native>
+void gated_linear_team(WeightMatrix const& gate, WeightMatrix const& up, FloatRows x, int tokens,
                        float* out, std::size_t out_stride, float* buffer) {
     std::size_t const second = static_cast<std::size_t>(linear_row_tile) * gate.cols;
-    detail::share_strips(gate.rows, tokens, linear_token_chunk(detail::row_bytes_of(x)),
+    detail::share_strips(gate.rows, tokens, linear_token_chunk(x.stride * sizeof(float)),
                          [&]<int R>(int first_row, int first, int last) {
-                             using Strip = typename detail::StripFor<W, R, Rows, isa>::type;
+                             using Strip = detail::FloatStrip<W, R>;
                              Strip const gate_strip(gate, first_row, buffer);
                              Strip const up_strip(up, first_row, buffer + second);
                              detail::sweep_tokens<Strip, R>(
@@ -245,6 +282,30 @@ void gated_linear_team(WeightMatrix const& gate, WeightMatrix const& up, Rows x,
                                      }
                                  });
                          });
+}
+
+template <DType W, Isa isa = Isa::native>
+void gated_linear_team(WeightMatrix const& gate, WeightMatrix const& up, Int8Rows x, int tokens,
+                       float* out, std::size_t out_stride, float* /*buffer*/ = nullptr) {
+    static_assert(has_int8_dot(W),
+                  "gated_linear_team: int8 activations need Q4_0, Q4_1 or Q8_0 weights");
+    std::size_t const strip_bytes = Int8StripFormat<W>::strip_bytes(up.cols);
+    detail::share_int8_strips(gate.rows, tokens, x.stride, [&](int strip, int first, int last) {
+        int const first_row = strip * int8_strip_rows;
+        int const rows = detail::strip_rows(gate.rows, strip);
+        std::byte const* up_strip = up.data + static_cast<std::size_t>(strip) * strip_bytes;
+        detail::int8_strip_products<W, isa>(
+            gate, strip, x, first, last, [&]<int T>(int t0, float(&g)[int8_strip_rows][T]) {
+                Int8Row x_rows[T];
+                for (int t = 0; t < T; ++t) x_rows[t] = x.row(t0 + t, up.cols);
+                float u[int8_strip_rows][T];
+                int8_strip_tile<W, T, isa>(up_strip, up.cols, x_rows, u);
+                for (int t = 0; t < T; ++t) {
+                    float* row = out + static_cast<std::size_t>(t0 + t) * out_stride + first_row;
+                    for (int r = 0; r < rows; ++r) row[r] = silu(g[r][t]) * u[r][t];
+                }
+            });
+    });
 }
 
 // The checks a caller runs before entering a parallel region (which cannot throw).
@@ -280,10 +341,11 @@ void linear(WeightMatrix const& w, float const* x, int tokens, float* y, int thr
 }
 
 // y [tokens][w.rows] = x . W^T with int8 activation rows (quantize_row_int8), on `threads`.
+// W: repacked into int8 strips (repack_int8_strips).
 template <DType W, Isa isa = Isa::native>
 void linear_int8(WeightMatrix const& w, Int8Rows x, int tokens, float* y, int threads = 1) {
     static_assert(has_int8_dot(W), "linear_int8: weights must be Q4_0, Q4_1 or Q8_0");
-    check_weight_matrix<W>(w, "linear weights");
+    detail::check_int8_strips<W>(w);
 #pragma omp parallel num_threads(threads)
     linear_team<W, isa>(w, x, tokens, y, static_cast<std::size_t>(w.rows), Store::assign, nullptr);
 }

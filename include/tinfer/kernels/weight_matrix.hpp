@@ -16,11 +16,16 @@
 
 namespace tinfer::kernels {
 
+// How the bytes at `data` are arranged: as the GGUF stores the rows, or repacked into 4-row
+// strips for int8 products (kernels/int8_dot.hpp; Q4_0, Q4_1 and Q8_0 only).
+enum class WeightLayout { gguf, int8_strips };
+
 struct WeightMatrix {
     DType type = DType::f32;
     int rows = 0;  // output features
     int cols = 0;  // input features: the contiguous row length
     std::byte const* data = nullptr;
+    WeightLayout layout = WeightLayout::gguf;
 };
 
 constexpr bool is_plain_weight_type(DType t) {

@@ -40,6 +40,7 @@
 #include <tinfer/kernels/swiglu.hpp>
 #include <tinfer/kv/kv_view.hpp>
 #include <tinfer/model/attention_scores.hpp>
+#include <tinfer/model/int8_weights.hpp>
 #include <tinfer/model/parallel.hpp>
 #include <tinfer/model/weights.hpp>
 #include <tinfer/model/workspace.hpp>
@@ -142,12 +143,14 @@ class Llama {
         // Parallel regions cannot throw: a failing step records its exception, every thread
         // sees it after the step's barrier and leaves, and it is rethrown here.
         std::exception_ptr failure;
+        model::ModelWeights<Cfg> const& weights = weights_for<Precision>();
 #pragma omp parallel num_threads(ws.threads())
         {
             float* const scratch = ws.thread_scratch(omp_get_thread_num());
             for (int layer = 0; layer < layers && !failure; ++layer)
-                run_layer<Precision>(layer, chunks, cache, ws, rows, scratch, failure);
-            if (!failure) run_output<Precision>(chunks, ws, logits, scratch);
+                run_layer<Precision>(weights.layers[static_cast<std::size_t>(layer)], layer, chunks,
+                                     cache, ws, rows, scratch, failure);
+            if (!failure) run_output<Precision>(weights, chunks, ws, logits, scratch);
         }
         if (failure) std::rethrow_exception(failure);
     }
@@ -293,11 +296,11 @@ class Llama {
 
     // One decoder layer, run by every thread of the team.
     template <class Precision, class Cache>
-    void run_layer(int layer, std::span<SequenceChunk const> chunks, Cache& cache, Workspace& ws,
-                   int rows, float* scratch, std::exception_ptr& failure) const {
+    void run_layer(model::LayerWeights const& w, int layer, std::span<SequenceChunk const> chunks,
+                   Cache& cache, Workspace& ws, int rows, float* scratch,
+                   std::exception_ptr& failure) const {
         constexpr int q_width = local_config.q_width(), kv_width = local_config.kv_width();
         constexpr int ffn = local_config.ffn;
-        model::LayerWeights const& w = weights_.layers[static_cast<std::size_t>(layer)];
         normalize<Precision>(w.attention_norm.data(), rows, ws);
         project<Precision, Cfg.hidden>(w.q, ws.normed.data(), rows, ws.q.data(), q_width,
                                        kernels::Store::assign, ws, scratch);
@@ -370,17 +373,17 @@ class Llama {
 
     // The final norm and the vocabulary matrix, for the rows that produce logits only.
     template <class Precision>
-    void run_output(std::span<SequenceChunk const> chunks, Workspace& ws, std::span<float> logits,
-                    float* scratch) const {
+    void run_output(model::ModelWeights<Cfg> const& weights, std::span<SequenceChunk const> chunks,
+                    Workspace& ws, std::span<float> logits, float* scratch) const {
         int const out_rows = static_cast<int>(logit_rows(chunks));
-        kernels::WeightMatrix const& head = weights_.output;
+        kernels::WeightMatrix const& head = weights.output;
         bool const quantized = quantizes<Precision>(head.type);
 #pragma omp for schedule(static)
         for (int i = 0; i < out_rows; ++i) {
             float* out = ws.normed.data() + static_cast<std::size_t>(i) * Cfg.hidden;
             kernels::rmsnorm_row<Cfg.hidden>(
                 ws.hidden.data() + static_cast<std::size_t>(ws.logit_rows[i]) * Cfg.hidden,
-                weights_.output_norm.data(), norm_eps, out);
+                weights.output_norm.data(), norm_eps, out);
             if (quantized) kernels::quantize_row_int8(out, Cfg.hidden, ws.quantized_row(i));
         }
         kernels::dispatch_weight_type(head.type, [&]<DType W>() {
@@ -446,9 +449,21 @@ class Llama {
                 static_cast<std::size_t>(local_config.q_width())};
     }
 
+    // The weights a forward pass under Precision reads: the file's layout, or (int8
+    // activations) the int8 strips, repacked on the first such pass.
+    template <class Precision>
+    model::ModelWeights<Cfg> const& weights_for() const {
+        if constexpr (std::same_as<Precision, precision::Int8Activations>) {
+            return int8_weights_.get(weights_);
+        } else {
+            return weights_;
+        }
+    }
+
     model::ModelWeights<Cfg> weights_;
     [[no_unique_address]] Parallel parallel_;
     model::ShardStorage shard_storage_;  // row-parallel shards the weights point into
+    model::LazyInt8Weights<Cfg> int8_weights_;
 };
 
 }  // namespace tinfer
