@@ -75,8 +75,10 @@ double offset_magnitude(double const* decoded_block) {
 // (8 * blocks + 32) eps of that magnitude.
 template <DType T, Isa isa>
 void check_against_reference(std::uint64_t seed, int rows, int cols, int tokens, int threads) {
-    BOOST_TEST_MESSAGE(name_of(T) << (isa == Isa::native ? " native" : " portable") << " rows "
-                                  << rows << " cols " << cols << " tokens " << tokens);
+    BOOST_TEST_MESSAGE(name_of(T) << (isa == Isa::native ? " native"
+                                      : isa == Isa::avx2 ? " avx2"
+                                                         : " portable")
+                                  << " rows " << rows << " cols " << cols << " tokens " << tokens);
     auto rng = tt::seeded_rng(seed);
     tt::TestWeights const w = tt::make_weights<T>(rng, rows, cols);
     std::vector<float> const x = tt::random_floats(rng, static_cast<std::size_t>(tokens) * cols);
@@ -154,7 +156,8 @@ void check_batch_invariance(std::uint64_t seed, int rows, int cols) {
                            part.size() * sizeof(float)) == 0);
 }
 
-// The portable kernel does the vector kernel's float operations in its order: bitwise equal.
+// The portable and AVX2 kernels do the AVX-512 kernel's float operations in its order: bitwise
+// equal (where the build targets neither vector ISA, all three are the portable kernel).
 template <DType T>
 void check_portable_equals_native(std::uint64_t seed, int rows, int cols, int tokens) {
     auto rng = tt::seeded_rng(seed);
@@ -162,13 +165,18 @@ void check_portable_equals_native(std::uint64_t seed, int rows, int cols, int to
     std::vector<float> const x = tt::random_floats(rng, static_cast<std::size_t>(tokens) * cols);
     QuantizedRows const q = quantize(x, tokens, cols);
     Strips const strips(w.matrix);
-    std::vector<float> native(static_cast<std::size_t>(tokens) * rows), portable(native.size());
+    std::vector<float> native(static_cast<std::size_t>(tokens) * rows), portable(native.size()),
+        avx2(native.size());
     tt::poison(std::span<float>(native));
     tt::poison(std::span<float>(portable));
+    tt::poison(std::span<float>(avx2));
     k::linear_int8<T, Isa::native>(strips.matrix, q.view(), tokens, native.data(), 2);
     k::linear_int8<T, Isa::portable>(strips.matrix, q.view(), tokens, portable.data(), 1);
+    k::linear_int8<T, Isa::avx2>(strips.matrix, q.view(), tokens, avx2.data(), 1);
     BOOST_TEST(std::memcmp(native.data(), portable.data(), native.size() * sizeof(float)) == 0,
                name_of(T) << " " << rows << "x" << cols << ": native and portable differ");
+    BOOST_TEST(std::memcmp(avx2.data(), portable.data(), avx2.size() * sizeof(float)) == 0,
+               name_of(T) << " " << rows << "x" << cols << ": AVX2 and portable differ");
 }
 
 }  // namespace
@@ -224,6 +232,11 @@ BOOST_AUTO_TEST_CASE(q4_1_matches_reference) {
 BOOST_AUTO_TEST_CASE(q8_0_matches_reference) {
     check_shapes<DType::q8_0, Isa::native>(1300);
     check_shapes<DType::q8_0, Isa::portable>(1350);
+}
+BOOST_AUTO_TEST_CASE(avx2_matches_reference) {
+    check_shapes<DType::q4_0, Isa::avx2>(1160);
+    check_shapes<DType::q4_1, Isa::avx2>(1260);
+    check_shapes<DType::q8_0, Isa::avx2>(1360);
 }
 
 BOOST_AUTO_TEST_CASE(portable_is_bitwise_native) {

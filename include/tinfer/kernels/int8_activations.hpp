@@ -129,9 +129,10 @@ inline void quantize_block_avx512(float const* x, std::int8_t* q, float* scale, 
 
 }  // namespace detail
 
-// Which implementation a kernel runs: the best the compiler targets, or the portable one
-// (tests run both).
-enum class Isa { native, portable };
+// Which implementation a kernel runs: the best the compiler targets, AVX2 (where the compiler
+// targets it; kernels without an AVX2 version take their portable one), or the portable one.
+// Tests run each.
+enum class Isa { native, avx2, portable };
 
 // Quantizes one row of `cols` floats (a multiple of 32) into int8_row_bytes(cols) bytes at out.
 template <Isa isa = Isa::native>

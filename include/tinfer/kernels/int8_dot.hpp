@@ -24,9 +24,10 @@
 // lane 4r + j = row r's block-j sum, where d (loaded as is) and the activations' four scales
 // (one 128-bit broadcast) line up without shuffles.
 //
-// Batch invariance: every (row, token) output receives the same operations in the same order
-// whatever the token tile, the batch or the thread. The portable version does the same float
-// operations in the same order (fused multiply-adds included), so it is bitwise the vector one.
+// Implementations: AVX-512 VNNI, AVX2 (+FMA, F16C), portable; `Isa::native` takes the best the
+// compiler targets. Batch invariance: every (row, token) output receives the same operations in
+// the same order whatever the token tile, the batch or the thread. All three do the same float
+// operations in the same order (fused multiply-adds included), so their outputs are bitwise equal.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -315,6 +316,112 @@ void int8_strip_tile_avx512(std::byte const* strip, int cols, Int8Row const (&x)
 
 #endif
 
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+inline __m256i transpose_add(__m256i s0, __m256i s1, __m256i s2, __m256i s3) {
+    __m256i const u0 =
+        _mm256_add_epi32(_mm256_unpacklo_epi32(s0, s1), _mm256_unpackhi_epi32(s0, s1));
+    __m256i const u1 =
+        _mm256_add_epi32(_mm256_unpacklo_epi32(s2, s3), _mm256_unpackhi_epi32(s2, s3));
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(u0, u1), _mm256_unpackhi_epi64(u0, u1));
+}
+
+// AVX2 without VNNI (most x86 laptops): a 256-bit register holds two rows of a block, so a strip
+// is two halves (rows 0-1, rows 2-3) with the AVX-512 kernel's lane order in each. Byte products
+// go through vpmaddubsw, which saturates at 16 bits: nibble sums (at most 4 * 15 * 127 per
+// 16-bit lane) never reach it, and Q8_0 uses the sign trick (|w| times x with w's sign), one
+// block half at a time, so each 16-bit sum stays within 2 * 128 * 127.
+template <DType W, int T>
+void int8_strip_tile_avx2(std::byte const* strip, int cols, Int8Row const (&x)[T],
+                          float (&out)[int8_strip_rows][T]) {
+    using Format = Int8StripFormat<W>;
+    constexpr int J = int8_group_blocks, halves = 2;
+    __m256 acc[T][halves];
+    for (int t = 0; t < T; ++t)
+        for (int h = 0; h < halves; ++h) acc[t][h] = _mm256_setzero_ps();
+    __m256i const ones = _mm256_set1_epi16(1);
+    // Exact int32 sums of rows (2h, 2h + 1) of block j times the block's activations.
+    auto const block_sums = [&](std::byte const* quants, int h, std::int8_t const* xq) {
+        __m256i const x_low =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<__m128i const*>(xq)));
+        __m256i const x_high =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<__m128i const*>(xq + 16)));
+        if constexpr (Format::nibbles) {
+            __m256i const bytes =
+                _mm256_loadu_si256(reinterpret_cast<__m256i const*>(quants + 32 * h));
+            __m256i const nibble = _mm256_set1_epi8(0x0f);
+            __m256i const pairs = _mm256_add_epi16(
+                _mm256_maddubs_epi16(_mm256_and_si256(bytes, nibble), x_low),
+                _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble),
+                                     x_high));
+            return _mm256_madd_epi16(pairs, ones);
+        } else {
+            // The strip holds q + 128; the sign trick needs q, and the kernel's integer sum is
+            // sum((q + 128) x) = sum(q x) + 128 sum(x) (128 * x pairs also fit 16 bits).
+            __m256i const shift = _mm256_set1_epi8(static_cast<char>(0x80));
+            auto const half = [&](std::byte const* p, __m256i xs) {
+                __m256i const w = _mm256_xor_si256(
+                    _mm256_loadu_si256(reinterpret_cast<__m256i const*>(p)), shift);
+                __m256i const products = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(xs, w)), ones);
+                __m256i const offsets = _mm256_madd_epi16(_mm256_maddubs_epi16(shift, xs), ones);
+                return _mm256_add_epi32(products, offsets);
+            };
+            return _mm256_add_epi32(half(quants + 32 * h, x_low),
+                                    half(quants + 64 + 32 * h, x_high));
+        }
+    };
+    auto const group = [&](std::byte const* p, int first, int n) {
+        std::byte const* scales = p + static_cast<std::size_t>(n) * Format::block_bytes;
+        for (int h = 0; h < halves; ++h) {
+            __m256 const d =
+                _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<__m128i const*>(scales + 16 * h)));
+            __m256 m;
+            if constexpr (Format::stores_minimum) {
+                m = _mm256_cvtph_ps(_mm_loadu_si128(
+                    reinterpret_cast<__m128i const*>(scales + Format::scale_array_bytes + 16 * h)));
+            } else {
+                m = _mm256_mul_ps(d, _mm256_set1_ps(Format::offset_factor));
+            }
+            for (int t = 0; t < T; ++t) {
+                __m256i sums[J];
+                for (int j = 0; j < J; ++j) {
+                    sums[j] =
+                        j < n ? block_sums(p + static_cast<std::size_t>(j) * Format::block_bytes, h,
+                                           x[t].q + (first + j) * int8_block_elements)
+                              : _mm256_setzero_si256();
+                }
+                __m256i const totals = transpose_add(sums[0], sums[1], sums[2], sums[3]);
+                __m256 const e =
+                    _mm256_broadcast_ps(reinterpret_cast<__m128 const*>(x[t].scale + first));
+                __m256 const x_sum =
+                    _mm256_broadcast_ps(reinterpret_cast<__m128 const*>(x[t].sum + first));
+                acc[t][h] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(totals), _mm256_mul_ps(d, e), acc[t][h]);
+                acc[t][h] = _mm256_fmadd_ps(m, x_sum, acc[t][h]);
+            }
+        }
+    };
+    int const blocks = cols / int8_block_elements;
+    std::byte const* p = strip;
+    for (int first = 0; first < blocks; first += J) {
+        int const n = std::min(J, blocks - first);
+        group(p, first, n);
+        p += Format::group_bytes(n);
+    }
+    for (int t = 0; t < T; ++t) {
+        for (int h = 0; h < halves; ++h) {
+            alignas(32) float lanes[8];
+            _mm256_store_ps(lanes, acc[t][h]);
+            for (int r = 0; r < 2; ++r)
+                out[2 * h + r][t] =
+                    (lanes[4 * r] + lanes[4 * r + 1]) + (lanes[4 * r + 2] + lanes[4 * r + 3]);
+        }
+    }
+}
+
+#endif
+
 }  // namespace detail
 
 // out[r][t] = row r of the strip . x[t], the strip in the layout above with `cols` columns.
@@ -325,6 +432,12 @@ inline void int8_strip_tile(std::byte const* strip, int cols, Int8Row const (&x)
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
     if constexpr (isa == Isa::native) {
         detail::int8_strip_tile_avx512<W, T>(strip, cols, x, out);
+        return;
+    }
+#endif
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+    if constexpr (isa == Isa::native || isa == Isa::avx2) {
+        detail::int8_strip_tile_avx2<W, T>(strip, cols, x, out);
         return;
     }
 #endif
