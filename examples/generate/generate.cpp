@@ -54,6 +54,7 @@ struct Options {
     std::vector<std::string> stop;
     tinfer::kernels::SamplingParams sampling;
     int tensor_parallel = 1;
+    std::string precision = "int8";
 };
 
 // How the ranks of a tensor-parallel run agree: rank 0's sampled token goes to every rank
@@ -97,6 +98,15 @@ int run(tinfer::gguf::File const& file, Options const& options, Model const& mod
     OutputStream output(
         tokenizer, {.max_new_tokens = max_new, .stop_token_ids = {}, .stop_strings = options.stop});
 
+    // Activations quantized to int8 for the integer kernels (as llama.cpp does), or float32.
+    auto const forward = [&](SequenceChunk const& chunk) {
+        if (options.precision == "int8") {
+            model.template forward<precision::Int8Activations>(std::span(&chunk, 1), cache,
+                                                               workspace, logits);
+        } else {
+            model.forward(std::span(&chunk, 1), cache, workspace, logits);
+        }
+    };
     auto const start = Clock::now();
     // Prefill in chunks of at most the workspace's size; logits of the last chunk only.
     for (std::size_t first = 0; first < prompt.size(); first += options.prefill_chunk) {
@@ -105,7 +115,7 @@ int run(tinfer::gguf::File const& file, Options const& options, Model const& mod
         SequenceChunk const chunk{.slot = 0,
                                   .first_position = static_cast<int>(first),
                                   .tokens = std::span(prompt).subspan(first, count)};
-        model.forward(std::span(&chunk, 1), cache, workspace, logits);
+        forward(chunk);
     }
     Clock::time_point first_token_time{};
     int position = static_cast<int>(prompt.size());
@@ -121,7 +131,7 @@ int run(tinfer::gguf::File const& file, Options const& options, Model const& mod
         if (emitted.finish || interrupted) break;
         SequenceChunk const chunk{
             .slot = 0, .first_position = position, .tokens = std::span(&token, 1)};
-        model.forward(std::span(&chunk, 1), cache, workspace, logits);
+        forward(chunk);
         ++position;
     }
     auto const end = Clock::now();
@@ -136,14 +146,15 @@ int run(tinfer::gguf::File const& file, Options const& options, Model const& mod
     getrusage(RUSAGE_SELF, &usage);
     std::fprintf(
         stderr,
-        "\n[tinfer] prompt tokens %zu, generated tokens %d (%s), threads %d, tensor parallel %d\n"
+        "\n[tinfer] prompt tokens %zu, generated tokens %d (%s), threads %d, tensor parallel %d, "
+        "%s activations\n"
         "[tinfer] TTFT %.1f ms, TPOT %.1f ms\n"
         "[tinfer] prefill %.1f tokens/s, decode %.1f tokens/s, peak RSS %.1f MiB\n",
         prompt.size(), generated,
         interrupted ? "interrupted" : std::string(name_of(output.finish_reason().value())).c_str(),
-        threads, std::remove_cvref_t<decltype(model.parallel())>::degree, ttft * 1e3, tpot * 1e3,
-        prompt.size() / ttft, generated > 1 ? (generated - 1) / decode_seconds : 0.0,
-        usage.ru_maxrss / 1024.0);
+        threads, std::remove_cvref_t<decltype(model.parallel())>::degree, options.precision.c_str(),
+        ttft * 1e3, tpot * 1e3, prompt.size() / ttft,
+        generated > 1 ? (generated - 1) / decode_seconds : 0.0, usage.ru_maxrss / 1024.0);
     return interrupted ? 130 : 0;
 }
 
@@ -200,6 +211,11 @@ int main(int argc, char** argv) {
         ->check(CLI::PositiveNumber);
     tinfer::examples::add_sampling_options(app, options.sampling);
     app.add_option("--threads", options.threads, "CPU threads (default: all)");
+    app.add_option("--precision", options.precision,
+                   "Activations of the matrix products: int8 (quantized per block of 32, as "
+                   "llama.cpp; faster) or f32 (exact)")
+        ->check(CLI::IsMember({"int8", "f32"}))
+        ->capture_default_str();
     app.add_option("--stop", options.stop, "Stop string (repeatable); never printed");
     app.add_option("--tp", options.tensor_parallel,
                    "Tensor-parallel degree: run under mpirun with as many ranks; rank 0 prints")

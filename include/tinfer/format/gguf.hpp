@@ -284,6 +284,9 @@ class File {
     std::uint64_t alignment() const { return alignment_; }
     std::uint64_t data_offset() const { return data_offset_; }  // start of the data section
     std::span<std::byte const> bytes() const { return bytes_; }
+    // The file's read-only private mapping (File::open), empty for from_bytes: memory whose
+    // pages may be dropped and read again from the file.
+    std::span<std::byte const> mapped_bytes() const { return mapping_.bytes(); }
 
     std::vector<KeyValue> const& metadata() const { return metadata_; }
 

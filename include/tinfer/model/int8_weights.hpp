@@ -5,9 +5,10 @@
 // time a forward pass runs with precision::Int8Activations (about 0.1 s for SmolLM2-135M); a
 // model only ever run in float32 keeps viewing the file alone.
 //
-// After a matrix is repacked its bytes in the file's mapping are handed back to the kernel
-// (madvise MADV_PAGEOUT: read again from the file if the float path ever needs them, never
-// lost), so resident memory stays about one copy of the weights.
+// After a matrix is repacked, its pages of the file's mapping are dropped (MADV_DONTNEED on the
+// read-only private mapping: read again from the file if the float path ever needs them), so
+// resident memory stays about one copy of the weights. Memory that is not the file's mapping
+// (a caller's buffer, tensor-parallel shards) is left alone.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -64,23 +65,22 @@ class Int8Weights {
         return (kernels::int8_strip_matrix_bytes(w.type, w.rows, w.cols) + 63) / 64 * 64;
     }
 
-    // The whole pages of the original matrix: reclaimable, their contents kept (MADV_PAGEOUT
-    // never discards data, unlike MADV_DONTNEED, so it is safe on any memory, mapped or not).
-    static void release_pages(kernels::WeightMatrix const& w) {
-#if defined(MADV_PAGEOUT)
+    // Drops the whole pages of the original matrix if they belong to the file's mapping.
+    void release_pages(kernels::WeightMatrix const& w) const {
         auto const page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
         auto const begin = reinterpret_cast<std::uintptr_t>(w.data);
         std::uintptr_t const end = begin + kernels::dispatch_weight_type(w.type, [&]<DType T>() {
                                                return kernels::row_bytes<T>(w.cols);
                                            }) * static_cast<std::size_t>(w.rows);
+        auto const mapping = reinterpret_cast<std::uintptr_t>(weights_.file_mapping.data());
+        if (weights_.file_mapping.empty() || begin < mapping ||
+            end > mapping + weights_.file_mapping.size())
+            return;
         std::uintptr_t const first = (begin + page - 1) / page * page, last = end / page * page;
         if (last > first) {
             // Advice only: a refusal changes nothing but the resident size.
-            (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_PAGEOUT);
+            (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
         }
-#else
-        (void)w;
-#endif
     }
 
     ModelWeights<Cfg> weights_;

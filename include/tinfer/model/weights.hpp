@@ -117,6 +117,9 @@ struct ModelWeights {
     kernels::WeightMatrix output;        // [vocab][hidden]: output.weight, or the embedding (tied)
     std::span<float const> output_norm;  // [hidden]
     std::array<LayerWeights, Cfg.layers> layers;
+    // The file mapping the tensors view (gguf::File::mapped_bytes), empty if they view memory
+    // the caller owns.
+    std::span<std::byte const> file_mapping;
 
     // Checks every hyperparameter and every tensor against Cfg (ConfigMismatch naming the
     // field, the file's value and the config's) and views the tensors in place: the File's
@@ -124,6 +127,7 @@ struct ModelWeights {
     static ModelWeights bind(gguf::File const& file) {
         check_hyperparameters(file, Cfg);
         ModelWeights w;
+        w.file_mapping = file.mapped_bytes();
         w.token_embedding = detail::bind_any_matrix(
             file, detail::require_tensor(file, "token_embd.weight"), Cfg.hidden, Cfg.vocab);
         gguf::TensorInfo const* output = file.find_tensor("output.weight");
