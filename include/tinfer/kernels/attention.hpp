@@ -159,7 +159,10 @@ struct Attention {
     }
 
   private:
-    // Folds keys lo..hi of the tile into one query head's online softmax state.
+    // Folds keys lo..hi of the tile into one query head's online softmax state. The weights
+    // exp2(score - maximum) are computed for the whole range first, in a loop the compiler
+    // vectorizes (fast_exp2), and the output row is accumulated in registers (head_dim is a
+    // compile-time constant), written back once per tile.
     static void update(float const* q, float const* keys, float const* values, int lo, int hi,
                        float* scores, float& maximum, float& sum, float* acc) {
         float tile_maximum = negative_infinity;
@@ -169,17 +172,22 @@ struct Attention {
         }
         float const new_maximum = std::max(maximum, tile_maximum);
         // Rescales what was accumulated against the old maximum; exp2(-inf) = 0 on the first tile.
-        float const correction = std::exp2(maximum - new_maximum);
+        float const correction = fast_exp2(maximum - new_maximum);
 #pragma omp simd
-        for (int d = 0; d < head_dim; ++d) acc[d] *= correction;
+        for (int j = lo; j <= hi; ++j) scores[j] = fast_exp2(scores[j] - new_maximum);
+        float row[head_dim];
+#pragma omp simd
+        for (int d = 0; d < head_dim; ++d) row[d] = acc[d] * correction;
         float tile_sum = 0;
         for (int j = lo; j <= hi; ++j) {
-            float const p = std::exp2(scores[j] - new_maximum);
+            float const p = scores[j];
             tile_sum += p;
             float const* v = values + j * head_dim;
 #pragma omp simd
-            for (int d = 0; d < head_dim; ++d) acc[d] += p * v[d];
+            for (int d = 0; d < head_dim; ++d) row[d] += p * v[d];
         }
+#pragma omp simd
+        for (int d = 0; d < head_dim; ++d) acc[d] = row[d];
         sum = sum * correction + tile_sum;
         maximum = new_maximum;
     }
