@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The GPU suite in one go, for a machine with an NVIDIA GPU and this repository:
 #   configure with the CUDA backend on, build every CUDA test and the CUDA benchmarks, run the
-#   tests (ctest label "cuda") and the attention benchmarks, and print a short table last.
+#   tests (ctest label "cuda"), the attention benchmarks and the end-to-end SmolLM2 benchmark
+#   (DeviceLlama), and print a short table last.
 # Meant to finish in under 8 minutes on a 16-core machine (each step has its own time limit).
 #
 #   bench/gpu_suite.sh [build-dir]      (default: build-gpu next to this repository's sources)
 # Environment: CUDA_HOME (default /usr/local/cuda), JOBS (default: all cores),
-#              TINFER_CUDA_ARCHITECTURES (default: the project's "80;90a").
+#              TINFER_CUDA_ARCHITECTURES (default: the project's "80;90a"),
+#              TINFER_MODEL_PATH (default: scripts/fetch_model.sh's SmolLM2-135M-Instruct Q4_1;
+#              without it the model test and the end-to-end benchmark report skipped).
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,8 +20,11 @@ log=$build/gpu_suite.log
 mkdir -p "$build"
 : > "$log"
 export PATH=$cuda_home/bin:$PATH
+model=${TINFER_MODEL_PATH:-$HOME/.cache/tinfer/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+[[ -f $model ]] || echo "model not found at $model: run scripts/fetch_model.sh (model test and end-to-end benchmark will skip)"
 
 status_configure=skipped status_build=skipped status_tests=skipped status_bench=skipped
+status_e2e=skipped
 tests_summary="not run"
 
 step() {  # step <seconds> <description> <command...>: runs with a time limit, logs everything
@@ -35,7 +41,8 @@ step() {  # step <seconds> <description> <command...>: runs with a time limit, l
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | tee -a "$log" ||
     echo "nvidia-smi not found" | tee -a "$log"
 
-cuda_options=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$cuda_home/bin/nvcc")
+cuda_options=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$cuda_home/bin/nvcc"
+    "-DTINFER_MODEL_PATH=$model")
 [[ -n ${TINFER_CUDA_ARCHITECTURES:-} ]] &&
     cuda_options+=("-DTINFER_CUDA_ARCHITECTURES=$TINFER_CUDA_ARCHITECTURES")
 if step 120 "configure ($build)" cmake -S "$repo" -B "$build" -DTINFER_CUDA=ON \
@@ -59,7 +66,7 @@ if [[ $status_configure == ok* ]]; then
     targets=("${cuda_tests[@]}")
     # bench/cuda is there once bench/CMakeLists.txt adds it (if(TINFER_WITH_CUDA) add_subdirectory(cuda)).
     if [[ -d $build/bench/cuda ]]; then
-        targets+=(cuda_attention_bench)
+        targets+=(cuda_attention_bench cuda_generate_bench)
     else
         echo "   bench/cuda is not part of the build: benchmarks skipped" | tee -a "$log"
     fi
@@ -86,6 +93,15 @@ if [[ $status_build == ok ]]; then
             *) status_bench=FAILED ;;
         esac
     fi
+    generate=$(find "$build" -name cuda_generate_bench -type f -perm -u+x | head -1)
+    if [[ -n $generate ]]; then
+        step 120 "end-to-end SmolLM2 benchmark (DeviceLlama)" "$generate" "$model"
+        case $? in
+            0) status_e2e=ok ;;
+            77) status_e2e="skipped (no CUDA device or no model)" ;;
+            *) status_e2e=FAILED ;;
+        esac
+    fi
 fi
 
 value() {
@@ -96,7 +112,8 @@ value() {
 echo
 echo "================ tinfer GPU suite (full log: $log) ================"
 printf '%-44s %s\n' "configure" "$status_configure" "build" "$status_build" \
-    "tests (ctest -L cuda)" "$status_tests: ${tests_summary:-none}" "benchmarks" "$status_bench"
+    "tests (ctest -L cuda)" "$status_tests: ${tests_summary:-none}" "benchmarks" "$status_bench" \
+    "end-to-end benchmark" "$status_e2e"
 printf '%-44s %s\n' \
     "decode attention b64 4K d128 g8 bf16" "$(value decode_attention_ms)" \
     "  achieved K+V read bandwidth" "$(value decode_attention_gbs)" \
@@ -107,5 +124,10 @@ printf '%-44s %s\n' \
     "  cuBLAS bf16 GEMM 8192^3" "$(value cublas_bf16_gemm_tflops)" \
     "  cuBLAS fp32 GEMM 8192^3" "$(value cublas_fp32_gemm_tflops)" \
     "  prefill / bf16 GEMM" "$(value prefill_attention_of_bf16_gemm)" \
-    "  prefill / fp32 GEMM" "$(value prefill_attention_of_fp32_gemm)"
-[[ $status_configure == ok* && $status_build == ok && $status_tests == ok && $status_bench != FAILED ]]
+    "  prefill / fp32 GEMM" "$(value prefill_attention_of_fp32_gemm)" \
+    "end-to-end SmolLM2 decode tg128, batch 1" "$(value e2e_decode_b1_tps)" \
+    "end-to-end SmolLM2 decode tg128, batch 64" "$(value e2e_decode_b64_tps)" \
+    "end-to-end SmolLM2 prefill pp512" "$(value e2e_prefill_pp512_tps)" \
+    "end-to-end SmolLM2 prefill 64 x 128" "$(value e2e_prefill_b64_tps)"
+[[ $status_configure == ok* && $status_build == ok && $status_tests == ok && $status_bench != FAILED &&
+    $status_e2e != FAILED ]]

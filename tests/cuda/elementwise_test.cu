@@ -1,5 +1,5 @@
-// Device RMSNorm, RoPE, SwiGLU, embedding and quantized linear against the host kernels, on
-// fresh seeded random inputs at SmolLM2-135M's sizes.
+// Device RMSNorm, RoPE, SwiGLU, row ops, embedding and quantized linear against the host kernels,
+// on fresh seeded random inputs at SmolLM2-135M's sizes.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -13,6 +13,7 @@
 #include <tinfer/kernels/cuda/linear.cuh>
 #include <tinfer/kernels/cuda/rmsnorm.cuh>
 #include <tinfer/kernels/cuda/rope.cuh>
+#include <tinfer/kernels/cuda/rows.cuh>
 #include <tinfer/kernels/cuda/swiglu.cuh>
 #include <tinfer/kernels/embedding.hpp>
 #include <tinfer/kernels/linear.hpp>
@@ -200,6 +201,32 @@ void test_linear(Checker& checker, std::mt19937_64& rng, int outputs, int tokens
                               std::to_string(tokens));
 }
 
+// The residual add and the row gather of the device model: one float add per element, and
+// plain copies, so both are exact (compared bitwise, NaN poison included).
+void test_row_ops(Checker& checker, std::mt19937_64& rng) {
+    constexpr int rows = 13;
+    constexpr std::size_t n = static_cast<std::size_t>(rows) * model.hidden;
+    auto const y = random_floats(rng, n, -4, 4);
+    auto const x = random_floats(rng, n, -4, 4);
+    std::vector<float> expected(n);
+    for (std::size_t i = 0; i < n; ++i) expected[i] = y[i] + x[i];
+    DeviceBuffer<float> dy(y);
+    DeviceBuffer<float> const dx(x);
+    kernels::cuda::add_in_place(dy.data(), dx.data(), n);
+    checker.expect(dy.to_host() == expected, "add_in_place exact");
+
+    std::vector<int> const ids = {12, 0, 5, 5, 7};
+    DeviceBuffer<int> const dids(ids);
+    auto out = poisoned_floats(ids.size() * model.hidden);
+    kernels::cuda::gather_rows<model.hidden>(dx.data(), dids.data(), static_cast<int>(ids.size()),
+                                             rows, out.data());
+    std::vector<float> gathered;
+    for (int id : ids)
+        gathered.insert(gathered.end(), x.begin() + static_cast<std::ptrdiff_t>(id) * model.hidden,
+                        x.begin() + static_cast<std::ptrdiff_t>(id + 1) * model.hidden);
+    checker.expect(out.to_host() == gathered, "gather_rows exact");
+}
+
 }  // namespace
 
 int main() {
@@ -208,6 +235,7 @@ int main() {
         test_rmsnorm(checker, rng);
         test_rope(checker, rng);
         test_swiglu(checker, rng);
+        test_row_ops(checker, rng);
         test_embedding<DType::q8_0>(checker, rng);
         test_embedding<DType::f16>(checker, rng);
         test_embedding<DType::f32>(checker, rng);

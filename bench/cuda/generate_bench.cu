@@ -1,0 +1,182 @@
+// End-to-end SmolLM2-135M-Instruct (Q4_1) on the device: DeviceLlama's prefill and decode tokens/s,
+// with llama-bench's definitions (docs/performance.md):
+//   pp512:       one 512-token prompt prefilled in one step; prompt tokens / second;
+//   tg128 @ B:   B sequences, each prefilled with a 128-token prompt, then 128 greedy decode steps
+//                of all B together (the device sampler at temperature 0, the chosen tokens copied
+//                to the host and fed back, as a serving loop would); generated tokens (B * 128)
+//                / second of the decode steps only; B = 1 and 64;
+//   pp @ 64:     the 64 prompts of 128 tokens prefilled in one step (8192 tokens); tokens/second.
+// Prompts are seeded random token ids (the throughput does not depend on the text). Each
+// measurement is the median of `repeats` runs after one warm-up run. Lines "RESULT <name> <value>
+// <unit>" are what bench/gpu_suite.sh tabulates.
+//
+//   cuda_generate_bench [model.gguf]   (default: $TINFER_MODEL_PATH, then the cached SmolLM2)
+// Exits 77 without a GPU or without the model file.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+// First: it includes model/weights.hpp with an nvcc warning silenced (device_llama.cuh says why).
+#include <tinfer/model/cuda/device_llama.cuh>
+
+#include <tinfer/config/presets.hpp>
+#include <tinfer/format/gguf.hpp>
+
+namespace {
+
+using namespace tinfer;
+
+constexpr ModelConfig smollm2 = presets::smollm2_135m;
+using Device = tinfer::cuda::DeviceLlama<smollm2>;
+using Weights = model::ModelWeights<smollm2>;
+
+constexpr int repeats = 3;
+constexpr int prefill_tokens = 512;  // pp512
+constexpr int prompt_tokens = 128;   // before each tg128
+constexpr int decode_steps = 128;    // tg128
+constexpr int max_batch = 64;
+
+void result(char const* name, double value, char const* unit) {
+    std::printf("RESULT %s %.4g %s\n", name, value, unit);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+std::vector<std::int32_t> random_tokens(std::mt19937& rng, int count) {
+    std::uniform_int_distribution<std::int32_t> id(0, smollm2.vocab - 1);
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(count));
+    for (auto& t : tokens) t = id(rng);
+    return tokens;
+}
+
+struct GenerateTimes {
+    double prefill_seconds = 0;
+    double decode_seconds = 0;
+};
+
+// `batch` prompts of prompt_tokens prefilled in one step, then decode_steps greedy steps of all.
+GenerateTimes generate(Device& model, std::vector<std::vector<std::int32_t>> const& prompts) {
+    int const batch = static_cast<int>(prompts.size());
+    std::vector<tinfer::cuda::DeviceChunk> chunks;
+    for (int s = 0; s < batch; ++s) chunks.push_back({s, 0, prompts[static_cast<std::size_t>(s)]});
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch));
+    std::vector<std::int32_t> fed(static_cast<std::size_t>(batch));
+    GenerateTimes times;
+    auto start = std::chrono::steady_clock::now();
+    model.forward(chunks, {}, tokens);
+    times.prefill_seconds = seconds_since(start);
+    start = std::chrono::steady_clock::now();
+    for (int step = 0; step < decode_steps; ++step) {
+        fed = tokens;
+        for (int s = 0; s < batch; ++s)
+            chunks[static_cast<std::size_t>(s)] = {s, prompt_tokens + step,
+                                                   std::span(&fed[static_cast<std::size_t>(s)], 1)};
+        model.forward(chunks, {}, tokens);
+    }
+    times.decode_seconds = seconds_since(start);
+    for (int s = 0; s < batch; ++s) model.release(s);
+    return times;
+}
+
+void bench(std::string const& path) {
+    gguf::File const file = gguf::File::open(path);
+    Weights const weights = Weights::bind(file);
+    auto model = std::make_unique<Device>(weights, tinfer::cuda::DeviceLlamaOptions{
+                                                       .max_seqs = max_batch,
+                                                       .max_step_tokens = max_batch * prompt_tokens,
+                                                       .max_logit_rows = max_batch,
+                                                       .max_context = 1024,
+                                                       .kv_budget_bytes = std::size_t{2} << 30,
+                                                   });
+    std::printf("weights %.1f MiB on the device, KV pool %.1f MiB\n",
+                static_cast<double>(model->weight_bytes()) / (1 << 20),
+                static_cast<double>(model->kv_bytes()) / (1 << 20));
+    std::mt19937 rng(20241130);
+
+    // pp512.
+    std::vector<std::int32_t> const long_prompt = random_tokens(rng, prefill_tokens);
+    std::vector<double> prefill;
+    for (int r = 0; r <= repeats; ++r) {
+        tinfer::cuda::DeviceChunk const chunk{0, 0, long_prompt};
+        std::int32_t token = 0;
+        auto const start = std::chrono::steady_clock::now();
+        model->forward(std::span(&chunk, 1), {}, std::span(&token, 1));
+        if (r > 0) prefill.push_back(seconds_since(start));  // run 0 warms up
+        model->release(0);
+    }
+    double const pp = prefill_tokens / median(prefill);
+    std::printf("pp%d: %.0f tokens/s\n", prefill_tokens, pp);
+    result("e2e_prefill_pp512_tps", pp, "tokens/s");
+
+    for (int const batch : {1, max_batch}) {
+        std::vector<std::vector<std::int32_t>> prompts;
+        for (int s = 0; s < batch; ++s) prompts.push_back(random_tokens(rng, prompt_tokens));
+        std::vector<double> decode, batch_prefill;
+        for (int r = 0; r <= repeats; ++r) {
+            GenerateTimes const t = generate(*model, prompts);
+            if (r == 0) continue;  // warm-up
+            decode.push_back(t.decode_seconds);
+            batch_prefill.push_back(t.prefill_seconds);
+        }
+        double const tg = static_cast<double>(batch) * decode_steps / median(decode);
+        double const step_ms = 1e3 * median(decode) / decode_steps;
+        std::printf("tg%d at batch %d: %.0f tokens/s (%.3f ms per step)\n", decode_steps, batch, tg,
+                    step_ms);
+        std::string const name = "e2e_decode_b" + std::to_string(batch) + "_tps";
+        result(name.c_str(), tg, "tokens/s");
+        if (batch == max_batch) {
+            double const pp_batch =
+                static_cast<double>(batch) * prompt_tokens / median(batch_prefill);
+            std::printf("prefill of %d x %d tokens: %.0f tokens/s\n", batch, prompt_tokens,
+                        pp_batch);
+            result("e2e_prefill_b64_tps", pp_batch, "tokens/s");
+        }
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (kernels::cuda::device_count() == 0) {
+        std::printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    std::string path = argc > 1 ? argv[1] : "";
+    if (path.empty() && std::getenv("TINFER_MODEL_PATH") != nullptr)
+        path = std::getenv("TINFER_MODEL_PATH");
+    if (path.empty() && std::getenv("HOME") != nullptr)
+        path = std::string(std::getenv("HOME")) +
+               "/.cache/tinfer/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    if (!std::filesystem::exists(path)) {
+        std::printf("model not found at '%s' (scripts/fetch_model.sh): skipped\n", path.c_str());
+        return 77;
+    }
+    try {
+        cudaDeviceProp properties{};
+        kernels::cuda::check(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties");
+        std::printf("device: %s (sm_%d%d, %d SMs); model %s\n", properties.name, properties.major,
+                    properties.minor, properties.multiProcessorCount, path.c_str());
+        bench(path);
+    } catch (std::exception const& error) {
+        std::printf("benchmark failed: %s\n", error.what());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,59 @@
+#pragma once
+// Small row operations the device forward pass composes the kernels with:
+//  - add_in_place: y += x elementwise (the residual connection: the host adds a projection's
+//    float result to the hidden state the same way, one rounding per element);
+//  - gather_rows: out[i] = x[rows[i]], the rows whose hidden state becomes logits.
+#include <cuda_runtime.h>
+
+#include <cassert>
+#include <cstddef>
+#include <cstdint>
+
+#include <tinfer/kernels/cuda/check.cuh>
+
+namespace tinfer::kernels::cuda {
+
+inline constexpr int row_op_threads = 256;
+
+__global__ void __launch_bounds__(row_op_threads)
+    add_in_place_kernel(float* __restrict__ y, float const* __restrict__ x, std::int64_t elements) {
+    std::int64_t const stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+    for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+         i < elements; i += stride)
+        y[i] += x[i];
+}
+
+// y, x: n floats each, not overlapping.
+inline void add_in_place(float* y, float const* x, std::size_t n, cudaStream_t stream = nullptr) {
+    auto const elements = static_cast<std::int64_t>(n);
+    if (elements <= 0) return;
+    constexpr std::int64_t max_blocks = 4096;  // a grid-stride loop: enough to fill the device
+    std::int64_t const wanted = ceil_div<std::int64_t>(elements, row_op_threads);
+    int const blocks = static_cast<int>(wanted < max_blocks ? wanted : max_blocks);
+    add_in_place_kernel<<<blocks, row_op_threads, 0, stream>>>(y, x, elements);
+    check_launch("add_in_place_kernel");
+}
+
+template <int Width>
+__global__ void __launch_bounds__(row_op_threads)
+    gather_rows_kernel(float const* __restrict__ x, int const* __restrict__ rows, int source_rows,
+                       float* __restrict__ out) {
+    int const row = rows[blockIdx.x];
+    assert(row >= 0 && row < source_rows);  // the host planned the ids (model/cuda/step_plan.hpp)
+    (void)source_rows;
+    float const* from = x + static_cast<std::size_t>(row) * Width;
+    float* to = out + static_cast<std::size_t>(blockIdx.x) * Width;
+    for (int i = static_cast<int>(threadIdx.x); i < Width; i += row_op_threads) to[i] = from[i];
+}
+
+// out: [count][Width] = x [source_rows][Width] at rows[0 .. count-1] (device ids, each in
+// [0, source_rows)); out does not overlap x.
+template <int Width>
+void gather_rows(float const* x, int const* rows, int count, int source_rows, float* out,
+                 cudaStream_t stream = nullptr) {
+    if (count <= 0) return;
+    gather_rows_kernel<Width><<<count, row_op_threads, 0, stream>>>(x, rows, source_rows, out);
+    check_launch("gather_rows_kernel");
+}
+
+}  // namespace tinfer::kernels::cuda
