@@ -71,7 +71,7 @@ double offset_magnitude(double const* decoded_block) {
 
 // Error bound: the integer sums are exact; per output the float arithmetic is a few roundings
 // per block (scale product, exact int -> float, two fused multiply-adds) over terms bounded by
-// sum |w_k x_k| + sum_j |c_j| sum_k |x_k|, then a sum of 4 lanes. We allow
+// sum |w_k x_k| + sum_j |c_j| sum_k |x_k|. We allow
 // (8 * blocks + 32) eps of that magnitude.
 template <DType T, Isa isa>
 void check_against_reference(std::uint64_t seed, int rows, int cols, int tokens, int threads) {
@@ -117,7 +117,7 @@ void check_against_reference(std::uint64_t seed, int rows, int cols, int tokens,
 
 template <DType T, Isa isa>
 void check_shapes(std::uint64_t seed) {
-    // SmolLM2's q/o, k/v, gate/up, down projections; block counts with every partial group.
+    // SmolLM2's q/o, k/v, gate/up, down projections; partial strips (rows % 16).
     check_against_reference<T, isa>(seed + 1, 576, 576, 5, 2);
     check_against_reference<T, isa>(seed + 2, 192, 576, 1, 1);
     check_against_reference<T, isa>(seed + 3, 1536, 576, 3, 2);
@@ -211,12 +211,7 @@ BOOST_AUTO_TEST_CASE(quantized_rows_follow_the_definition) {
             BOOST_TEST(std::abs(row.sum[b] - row.scale[b] * sum) <=
                        1e-6 * std::abs(row.scale[b] * sum) + 1e-30);
         }
-        // A partial last group's missing blocks have zero scale and sum, so they add nothing.
-        for (int b = blocks; b < 4 * k::int8_groups(cols); ++b) {
-            BOOST_TEST(row.scale[b] == 0.0f);
-            BOOST_TEST(row.sum[b] == 0.0f);
-        }
-        BOOST_TEST(reinterpret_cast<std::byte const*>(row.sum + 4 * k::int8_groups(cols)) <=
+        BOOST_TEST(reinterpret_cast<std::byte const*>(row.sum + blocks) <=
                    native.bytes.data() + k::int8_row_bytes(cols));
     }
 }
@@ -240,9 +235,9 @@ BOOST_AUTO_TEST_CASE(avx2_matches_reference) {
 }
 
 BOOST_AUTO_TEST_CASE(portable_is_bitwise_native) {
-    // Full and partial strips (rows % 4) and groups (blocks % 4), decode and prefill tiles.
+    // Full and partial strips (rows % 16), decode and prefill tiles.
     for (auto const& [rows, cols, tokens] :
-         {std::tuple{576, 576, 5}, {37, 96, 9}, {6, 160, 1}, {3, 32, 4}, {9, 224, 7}}) {
+         {std::tuple{576, 576, 5}, {37, 96, 9}, {6, 160, 1}, {3, 32, 4}, {19, 224, 7}}) {
         check_portable_equals_native<DType::q4_0>(1600 + rows, rows, cols, tokens);
         check_portable_equals_native<DType::q4_1>(1700 + rows, rows, cols, tokens);
         check_portable_equals_native<DType::q8_0>(1800 + rows, rows, cols, tokens);

@@ -5,15 +5,13 @@
 // policy: precision::Float32Activations (exact products, the default) or
 // precision::Int8Activations (about 4x less activation traffic and VNNI integer products).
 //
-// Layout of one quantized row of `cols` elements (a multiple of 32), `blocks` = cols / 32 blocks
-// gathered in G = ceil(blocks / 4) groups of four (the blocks a 4-row weight strip's register
-// pairs with, kernels/int8_dot.hpp):
-//   q[cols]       int8 values in element order (block j at bytes 32j .. 32j+31)
-//   scale[4 G]    d_j, block j's scale, zero past the last block
-//   sum[4 G]      d_j * (sum of block j's int8 values): the term weight offsets (Q4_1's minimum,
-//                 Q4_0's -8, Q8_0's -128 after its +128 shift) multiply; zero past the last block
-// padded to a multiple of 64 bytes. Four consecutive scales (or sums) are one 128-bit load, the
-// lanes a strip's transposed block sums occupy.
+// Layout of one quantized row of `cols` elements (a multiple of 32), blocks = cols / 32:
+//   q[cols]         int8 values in element order (block b at bytes 32b .. 32b+31)
+//   scale[blocks]   d_b, block b's scale
+//   sum[blocks]     d_b * (sum of block b's int8 values): the term weight offsets (Q4_1's
+//                   minimum, Q4_0's -8, Q8_0's -128 after its +128 shift) multiply
+// padded to a multiple of 64 bytes. The integer kernels broadcast 4 values of q at a time and
+// one scale and sum per block (kernels/int8_dot.hpp).
 //
 // Quantization: d = max|x| / 127 and q = round-to-nearest-even(x / d) (x times 1/d), the
 // vector and portable versions producing the same bytes. Each row depends on itself only, so
@@ -50,18 +48,10 @@ concept ActivationPrecision =
 namespace tinfer::kernels {
 
 inline constexpr int int8_block_elements = 32;
-inline constexpr int int8_group_blocks = 4;  // blocks whose sums share one 512-bit register
-
-constexpr int int8_groups(int cols) {
-    int const blocks = cols / int8_block_elements;
-    return (blocks + int8_group_blocks - 1) / int8_group_blocks;
-}
-
 // Bytes of one quantized row of `cols` elements (a multiple of 32).
 constexpr std::size_t int8_row_bytes(int cols) {
-    std::size_t const bytes =
-        static_cast<std::size_t>(cols) +
-        2 * sizeof(float) * int8_group_blocks * static_cast<std::size_t>(int8_groups(cols));
+    std::size_t const blocks = static_cast<std::size_t>(cols / int8_block_elements);
+    std::size_t const bytes = static_cast<std::size_t>(cols) + 2 * sizeof(float) * blocks;
     return (bytes + 63) / 64 * 64;
 }
 
@@ -74,8 +64,7 @@ struct Int8Row {
 
 inline Int8Row int8_row(std::byte const* row, int cols) {
     auto const* scale = reinterpret_cast<float const*>(row + cols);
-    return {reinterpret_cast<std::int8_t const*>(row), scale,
-            scale + int8_group_blocks * int8_groups(cols)};
+    return {reinterpret_cast<std::int8_t const*>(row), scale, scale + cols / int8_block_elements};
 }
 
 // Quantized activation rows as linear reads them: row t at data + t * stride bytes.
@@ -140,9 +129,7 @@ void quantize_row_int8(float const* x, int cols, std::byte* out) {
     int const blocks = cols / int8_block_elements;
     auto* q = reinterpret_cast<std::int8_t*>(out);
     auto* scale = reinterpret_cast<float*>(out + cols);
-    float* sum = scale + int8_group_blocks * int8_groups(cols);
-    // The group's unused lanes read as zero: they meet zero weight scales (padding).
-    for (int b = blocks; b < int8_group_blocks * int8_groups(cols); ++b) scale[b] = sum[b] = 0;
+    float* sum = scale + blocks;
     for (int b = 0; b < blocks; ++b) {
         float const* block = x + static_cast<std::size_t>(b) * int8_block_elements;
 #if defined(__AVX512F__) && defined(__AVX512BW__)

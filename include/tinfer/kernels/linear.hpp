@@ -7,7 +7,7 @@
 // from memory once per chunk of tokens, never once per token. Float activations: W as the GGUF
 // stores it, in any encoding; a strip of `linear_row_tile` rows is decoded once per chunk into a
 // small per-thread buffer (row_tile x cols floats, L1/L2 sized). Int8 activations: W repacked
-// once into 4-row strips (kernels/int8_dot.hpp), read in place.
+// once into 16-row strips (kernels/int8_dot.hpp), read in place.
 //
 // Threads: the *_team functions share their strips over the threads of the enclosing OpenMP
 // team (an orphaned `omp for ... nowait`), so a whole forward pass runs in one parallel region
@@ -117,8 +117,8 @@ struct FloatStrip {
     }
 };
 
-// Strip `strip` of an int8-strip matrix times tokens [first, last): emit(t0, out[4][T]) per tile
-// of linear_token_tile tokens, then per token.
+// Strip `strip` of an int8-strip matrix times tokens [first, last): emit(t0, out[T][16]) per
+// tile of linear_token_tile tokens, then per token.
 template <DType W, Isa isa, class Emit>
 inline void int8_strip_products(WeightMatrix const& w, int strip, Int8Rows x, int first, int last,
                                 Emit&& emit) {
@@ -127,7 +127,7 @@ inline void int8_strip_products(WeightMatrix const& w, int strip, Int8Rows x, in
     auto const tile = [&]<int T>(int t0) {
         Int8Row rows[T];
         for (int t = 0; t < T; ++t) rows[t] = x.row(t0 + t, w.cols);
-        float out[int8_strip_rows][T];
+        float out[T][int8_strip_rows];
         int8_strip_tile<W, T, isa>(p, w.cols, rows, out);
         emit(t0, out);
     };
@@ -241,14 +241,14 @@ void linear_team(WeightMatrix const& w, Int8Rows x, int tokens, float* y, std::s
         int const first_row = strip * int8_strip_rows;
         int const rows = detail::strip_rows(w.rows, strip);
         detail::int8_strip_products<W, isa>(
-            w, strip, x, first, last, [&]<int T>(int t0, float(&out)[int8_strip_rows][T]) {
+            w, strip, x, first, last, [&]<int T>(int t0, float(&out)[T][int8_strip_rows]) {
                 for (int t = 0; t < T; ++t) {
                     float* row = y + static_cast<std::size_t>(t0 + t) * y_stride + first_row;
                     for (int r = 0; r < rows; ++r) {
                         if (store == Store::accumulate) {
-                            row[r] += out[r][t];
+                            row[r] += out[t][r];
                         } else {
-                            row[r] = out[r][t];
+                            row[r] = out[t][r];
                         }
                     }
                 }
@@ -295,14 +295,14 @@ void gated_linear_team(WeightMatrix const& gate, WeightMatrix const& up, Int8Row
         int const rows = detail::strip_rows(gate.rows, strip);
         std::byte const* up_strip = up.data + static_cast<std::size_t>(strip) * strip_bytes;
         detail::int8_strip_products<W, isa>(
-            gate, strip, x, first, last, [&]<int T>(int t0, float(&g)[int8_strip_rows][T]) {
+            gate, strip, x, first, last, [&]<int T>(int t0, float(&g)[T][int8_strip_rows]) {
                 Int8Row x_rows[T];
                 for (int t = 0; t < T; ++t) x_rows[t] = x.row(t0 + t, up.cols);
-                float u[int8_strip_rows][T];
+                float u[T][int8_strip_rows];
                 int8_strip_tile<W, T, isa>(up_strip, up.cols, x_rows, u);
                 for (int t = 0; t < T; ++t) {
                     float* row = out + static_cast<std::size_t>(t0 + t) * out_stride + first_row;
-                    for (int r = 0; r < rows; ++r) row[r] = silu(g[r][t]) * u[r][t];
+                    for (int r = 0; r < rows; ++r) row[r] = silu(g[t][r]) * u[t][r];
                 }
             });
     });
