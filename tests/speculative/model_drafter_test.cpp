@@ -129,6 +129,39 @@ BOOST_AUTO_TEST_CASE(sampled_drafts_carry_the_filtered_draft_distribution) {
     }
 }
 
+// rollback (the engine's hook after a round) drops exactly the positions past the longest
+// prefix of the kept sequence the draft model has run, and nothing when all of it was kept.
+BOOST_AUTO_TEST_CASE(rollback_keeps_the_run_prefix_of_the_kept_sequence) {
+    BigramTable const table = random_bigram(9207, vocab, 2.0f);
+    ModelDrafter<BigramDraftModel> drafter(table);
+    Tokens sequence = {3, 7, 4, 1};
+    DraftProposal proposal;
+    drafter.propose({{sequence, 2, 0}, 4, greedy()}, proposal);
+    BOOST_TEST_REQUIRE(proposal.size() == 4);
+    // It ran the sequence and the first three drafts (the last one is not run).
+    BOOST_TEST(drafter.model().length() == 4 + 3);
+    Tokens const drafts = proposed(proposal);
+    // Two drafts accepted, then a correction that differs from the third.
+    Tokens kept = sequence;
+    kept.insert(kept.end(), drafts.begin(), drafts.begin() + 2);
+    kept.push_back((drafts[2] + 1) % vocab);
+    drafter.rollback(kept);
+    BOOST_TEST(drafter.model().length() == 4 + 2);
+    BOOST_TEST((Tokens(drafter.tokens_run().begin(), drafter.tokens_run().end()) ==
+                Tokens(kept.begin(), kept.begin() + 6)));
+    auto const truncations = drafter.model().truncations().size();
+    drafter.rollback(kept);  // nothing past the kept tokens: no truncation
+    BOOST_TEST(drafter.model().truncations().size() == truncations);
+    // All drafts accepted: only the bonus token is new, the model keeps everything it ran.
+    drafter.propose({{kept, 2, 0}, 3, greedy()}, proposal);
+    Tokens all = kept;
+    for (std::int32_t const t : proposal.tokens()) all.push_back(t);
+    all.push_back(0);
+    int const before = drafter.model().length();
+    drafter.rollback(all);
+    BOOST_TEST(drafter.model().length() == before);
+}
+
 // A model drafting for itself: greedy speculation accepts every draft and produces exactly
 // greedy decoding; sampling speculation also accepts every draft (p / q = 1).
 BOOST_AUTO_TEST_CASE(self_drafting_accepts_every_draft) {

@@ -20,6 +20,15 @@
 //
 // One ModelDrafter belongs to one sequence (it holds that sequence's draft KV state);
 // PromptLookupDrafter holds nothing and serves any number of sequences.
+//
+// In the engine one drafter object serves every request. A drafter that keeps state per
+// sequence (model_drafters.hpp: LayerSkipDrafter, DraftModelDrafter, a ModelDrafter per
+// request) satisfies SequenceDrafter as well: the engine names each request by
+// DraftRequest::sequence_id, tells it after every verification round which tokens the sequence
+// kept (rollback: the draft state must drop everything past them), and when the sequence ends,
+// is aborted or preempted (release: the state goes). A drafter that needs the target model
+// (self-speculation) also has attach(target, threads), which the engine calls once, before any
+// propose, with its own model.
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
@@ -41,11 +50,33 @@ struct DraftRequest {
     SequenceView sequence;
     int max_drafts = 0;  // gamma
     kernels::SamplingParams const& params;
+    // Who the sequence is, for drafters that keep state per sequence: the engine's request id.
+    // Not a random stream's id (the draws use sequence.request_id).
+    std::uint64_t sequence_id = 0;
 };
 
 template <class D>
 concept Drafter = requires(D& drafter, DraftRequest const& request, DraftProposal& proposal) {
     { drafter.propose(request, proposal) } -> std::same_as<void>;
+};
+
+// A drafter with per-sequence state, and its lifecycle hooks:
+//   rollback(id, tokens): after a verification round, `tokens` is the whole sequence as kept
+//     (prompt, generated, the round's kept tokens); the draft state must keep nothing past the
+//     longest prefix of it that it has run (the rejected drafts go);
+//   release(id): the sequence ended, was aborted or preempted; an unknown id is ignored.
+template <class D>
+concept SequenceDrafter = Drafter<D> &&
+    requires(D& drafter, std::uint64_t id, std::span<std::int32_t const> tokens) {
+    drafter.rollback(id, tokens);
+    drafter.release(id);
+};
+
+// A drafter that drafts with (part of) the target model: the engine calls attach once with its
+// model and thread count before the first propose.
+template <class D, class Model>
+concept TargetAttachedDrafter = requires(D& drafter, Model const& target, int threads) {
+    drafter.attach(target, threads);
 };
 
 // Prompt lookup. Searches the sequence for an earlier occurrence of its last n tokens, from
@@ -126,6 +157,17 @@ class ModelDrafter {
     void reset() {
         model_.truncate(0);
         run_.clear();
+    }
+
+    // The sequence now reads `tokens` (a verification round kept some drafts and rejected the
+    // rest): the draft model forgets every position past the longest prefix of `tokens` it has
+    // run, so it holds exactly the accepted tokens it has seen and nothing rejected.
+    void rollback(std::span<std::int32_t const> tokens) {
+        auto const common =
+            static_cast<std::size_t>(std::ranges::mismatch(run_, tokens).in1 - run_.begin());
+        if (common == run_.size()) return;
+        model_.truncate(static_cast<int>(common));
+        run_.resize(common);
     }
 
     void propose(DraftRequest const& request, DraftProposal& proposal) {

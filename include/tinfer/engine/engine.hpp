@@ -9,7 +9,9 @@
 // Speculative decoding (docs/speculative.md) is per request: a request with draft_tokens = γ > 0
 // asks the engine's Drafter for up to γ tokens whenever it decodes; its work item becomes
 // [last token, drafts...] with logits for every row, verified by spec::verify_drafts. It shares
-// the pass with requests that do not speculate.
+// the pass with requests that do not speculate. A drafter with per-request state (a draft model,
+// the target's first layers: model_drafters.hpp) is told after each round which tokens were
+// kept, and when a request ends or is preempted (spec::SequenceDrafter).
 //
 //   step():  inbox (submit/abort from any thread)
 //              -> scheduler.schedule(kv capacity)          [sched/, no tensors]
@@ -40,6 +42,7 @@
 #include <tinfer/core/backend.hpp>
 #include <tinfer/core/error.hpp>
 #include <tinfer/engine/drafters.hpp>
+#include <tinfer/engine/model_drafters.hpp>
 #include <tinfer/engine/output_stream.hpp>
 #include <tinfer/engine/speculative.hpp>
 #include <tinfer/engine/stop_conditions.hpp>
@@ -118,7 +121,9 @@ struct Completion {
 };
 
 // The default drafter: prompt lookup over 3- down to 1-token suffixes. A Drafter here is one
-// object serving every request, so it must keep no per-sequence state (ModelDrafter does).
+// object serving every request; one that keeps state per request satisfies
+// spec::SequenceDrafter (spec::LayerSkipDrafter, spec::DraftModelDrafter), and one that drafts
+// with the target's own layers spec::TargetAttachedDrafter.
 using DefaultDrafter = spec::PromptLookupDrafter<3, 1>;
 
 template <class Model, class Scheduler, class Backend = Host, class Kv = PagedKv<>,
@@ -143,7 +148,10 @@ class Engine {
     static constexpr bool evicts = !std::same_as<Eviction, sched::NoEviction>;
 
     // The engine owns the file: the model's weights are views into its mapping.
-    Engine(gguf::File file, EngineOptions options)
+    Engine(gguf::File file, EngineOptions options) requires std::default_initializable<Drafter>
+        : Engine(std::move(file), options, Drafter{}) {}
+
+    Engine(gguf::File file, EngineOptions options, Drafter drafter)
         : file_(std::move(file)),
           options_(options),
           model_(Model::bind(file_)),
@@ -154,11 +162,10 @@ class Engine {
           workspace_(step_rows(options),
                      options.threads > 0 ? options.threads : omp_get_num_procs()),
           sampling_(config.vocab),
-          logits_(static_cast<std::size_t>(step_rows(options)) * config.vocab) {}
-
-    Engine(gguf::File file, EngineOptions options, Drafter drafter)
-        : Engine(std::move(file), options) {
-        drafter_ = std::move(drafter);
+          logits_(static_cast<std::size_t>(step_rows(options)) * config.vocab),
+          drafter_(std::move(drafter)) {
+        if constexpr (spec::TargetAttachedDrafter<Drafter, Model>)
+            drafter_.attach(model_, workspace_.threads());
     }
 
     Engine(Engine const&) = delete;
@@ -254,6 +261,7 @@ class Engine {
     // draft_tokens > 0 (with or without drafts that step).
     spec::SpeculationStats const& speculation_stats() const { return speculation_totals_; }
     Cache const& cache() const { return cache_; }
+    Drafter const& drafter() const { return drafter_; }
     Scheduler const& scheduler() const { return scheduler_; }
     std::size_t live_requests() const { return live_.size(); }
     int queued_requests() const {
@@ -420,11 +428,19 @@ class Engine {
     void retire(RequestId id, bool keep_prefix) {
         Live* r = find(id);
         if (!r) return;
+        release_draft(id);
         release_kv(*r, keep_prefix);
         if (r->swapped_tokens > 0) host_used_ -= Cache::blocks_for(r->swapped_tokens);
         auto const finish = r->output.finish_reason();
         metrics_.on_finished(id, std::string(name_of(finish.value_or(FinishReason::length))));
         live_.erase(id);
+    }
+
+    // A drafter's per-request state goes when the request ends or is preempted (a preempted
+    // request drafts again from scratch when it runs again).
+    void release_draft(RequestId id) {
+        if constexpr (spec::SequenceDrafter<Drafter>)
+            drafter_.release(static_cast<std::uint64_t>(id));
     }
 
     void release_kv(Live& r, bool keep_prefix) {
@@ -443,6 +459,7 @@ class Engine {
         if (!r) return;
         TokenEvent event{.id = id, .finish = reason, .error = std::move(error)};
         if (r->callback) r->callback(event);
+        release_draft(id);
         release_kv(*r, /*keep_prefix=*/false);
         if (r->swapped_tokens > 0) host_used_ -= Cache::blocks_for(r->swapped_tokens);
         metrics_.on_finished(id, std::string(name_of(reason)));
@@ -452,6 +469,7 @@ class Engine {
     void preempt(sched::Preemption const& p) {
         Live& r = live_.at(p.id);
         metrics_.on_preempted(p.id);
+        release_draft(p.id);
         if (p.mode == sched::PreemptionMode::swap && r.seq >= 0) {
             r.swapped.clear();
             r.swapped_tokens = cache_.export_blocks(r.seq, r.swapped);
@@ -531,7 +549,10 @@ class Engine {
         if (wanted <= 0) return;
         spec::SequenceView const sequence{
             .tokens = r.context, .prompt_length = r.prompt.size(), .request_id = 0};
-        drafter_.propose({.sequence = sequence, .max_drafts = wanted, .params = r.request.sampling},
+        drafter_.propose({.sequence = sequence,
+                          .max_drafts = wanted,
+                          .params = r.request.sampling,
+                          .sequence_id = static_cast<std::uint64_t>(w.id)},
                          round.proposal);
         if (round.proposal.empty()) return;
         int const drafts = round.proposal.size();
@@ -686,6 +707,9 @@ class Engine {
         // Position length + i holds draft i; only the accepted drafts that were also streamed
         // belong to the context.
         cache_.truncate(r.seq, length + std::min(verdict.accepted_drafts, fed));
+        // The drafter's own state drops the rejected drafts too.
+        if constexpr (spec::SequenceDrafter<Drafter>)
+            drafter_.rollback(static_cast<std::uint64_t>(id), r.context);
         record_round(r, drafts, verdict.accepted_drafts, fed);
         for (TokenEvent& event : events) {
             if (event.finish) event.speculation = r.speculation;
@@ -765,7 +789,7 @@ class Engine {
     std::unordered_map<RequestId, Live> live_;
     std::vector<std::pair<RequestId, std::string>> failed_;  // ended by an error this step
     sched::MetricsRecorder metrics_;
-    Drafter drafter_{};
+    Drafter drafter_;
     std::vector<Round> rounds_;  // per work item of the current step, reused across steps
     spec::SpeculativeWorkspace speculative_{config.vocab};
     spec::SpeculationStats speculation_totals_;
