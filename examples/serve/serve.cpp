@@ -72,6 +72,7 @@ struct Options {
     std::size_t max_body_bytes = std::size_t{1} << 20;
     int read_timeout_seconds = 10;
     int default_max_tokens = 512;
+    std::string precision = "int8";
 };
 
 std::filesystem::path default_model_path() {
@@ -689,9 +690,10 @@ std::string error_message_for(int status, httplib::Request const& req, Options c
 }
 
 int run(Options const& options, sigset_t const& stop_signals) {
-    ServingEngine engine(
-        tinfer::gguf::File::open(options.model),
-        {.kv_budget_bytes = options.kv_budget_mb << 20, .threads = options.threads});
+    ServingEngine engine(tinfer::gguf::File::open(options.model),
+                         {.kv_budget_bytes = options.kv_budget_mb << 20,
+                          .threads = options.threads,
+                          .int8_activations = options.precision == "int8"});
     serve::ServerMetrics metrics(options.served_model_name);
     ServerState state;
     OpenAiServer api(engine, options, metrics, state);
@@ -811,6 +813,11 @@ int main(int argc, char** argv) {
     app.add_option("--threads", options.threads, "Engine CPU threads (0: all)")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
+    app.add_option("--precision", options.precision,
+                   "Activations of the matrix products: int8 (quantized per block of 32, as "
+                   "llama.cpp; faster) or f32 (exact)")
+        ->check(CLI::IsMember({"int8", "f32"}))
+        ->capture_default_str();
     app.add_option("--kv-budget-mb", options.kv_budget_mb, "KV cache size in MiB")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
