@@ -15,8 +15,7 @@
 #include <tinfer/engine/engine.hpp>
 #include <tinfer/engine/model_drafters.hpp>
 
-#include "../reference/golden_logits.hpp"
-#include "testing.hpp"
+#include "spec_engine_support.hpp"
 
 using namespace tinfer;
 using Model = Llama<presets::smollm2_135m>;
@@ -36,25 +35,9 @@ static_assert(!spec::SequenceDrafter<DefaultDrafter>);
 
 constexpr EngineOptions options{.kv_budget_bytes = 64ull << 20, .threads = 1};
 
-gguf::File model_file() {
-    return gguf::File::open(testing::model_path());
-}
-
-std::vector<testing::GoldenPrompt> const& golden() {
-    static auto const prompts =
-        testing::load_golden_logits(testing::data_dir() / "reference/golden_logits.bin");
-    return prompts;
-}
-
-GenerationRequest greedy(std::vector<std::int32_t> prompt, int max_tokens, int draft_tokens) {
-    GenerationRequest r;
-    r.prompt_tokens = std::move(prompt);
-    r.max_tokens = max_tokens;
-    r.ignore_eos = true;
-    r.sampling.temperature = 0;
-    r.draft_tokens = draft_tokens;
-    return r;
-}
+using testing::golden;
+using testing::greedy;
+using testing::model_file;
 
 // Plain greedy tokens of each golden prompt, computed once.
 std::vector<std::vector<std::int32_t>> const& plain_tokens(int count) {

@@ -14,8 +14,7 @@
 #include <tinfer/config/presets.hpp>
 #include <tinfer/engine/engine.hpp>
 
-#include "../reference/golden_logits.hpp"
-#include "testing.hpp"
+#include "spec_engine_support.hpp"
 
 using namespace tinfer;
 using Model = Llama<presets::smollm2_135m>;
@@ -30,26 +29,9 @@ using Chunked = s::Scheduler<s::ContinuousBatching<16, 64>, s::ChunkedPrefill<32
 
 constexpr std::size_t block_bytes = kv::PagedKvCache<presets::smollm2_135m, 16>::bytes_per_block;
 
-gguf::File model_file() {
-    return gguf::File::open(testing::model_path());
-}
-
-// The golden file's prompts, loaded once: the file is large and every case reads it.
-std::vector<testing::GoldenPrompt> const& golden() {
-    static auto const prompts =
-        testing::load_golden_logits(testing::data_dir() / "reference/golden_logits.bin");
-    return prompts;
-}
-
-GenerationRequest greedy(std::vector<std::int32_t> prompt, int max_tokens, int draft_tokens) {
-    GenerationRequest r;
-    r.prompt_tokens = std::move(prompt);
-    r.max_tokens = max_tokens;
-    r.ignore_eos = true;
-    r.sampling.temperature = 0;
-    r.draft_tokens = draft_tokens;
-    return r;
-}
+using testing::golden;
+using testing::greedy;
+using testing::model_file;
 
 // A prompt that repeats itself, so prompt lookup finds drafts the model accepts.
 std::vector<std::int32_t> repetitive_prompt(std::vector<std::int32_t> const& base) {

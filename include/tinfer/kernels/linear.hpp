@@ -117,6 +117,13 @@ struct FloatStrip {
     }
 };
 
+// y[token][row] = value, or += with Store::accumulate.
+inline void store_output(float* y, std::size_t y_stride, int token, int row, float value,
+                         Store store) {
+    float& out = y[static_cast<std::size_t>(token) * y_stride + static_cast<std::size_t>(row)];
+    out = store == Store::accumulate ? out + value : value;
+}
+
 // Strip `strip` of an int8-strip matrix times tokens [first, last): emit(t0, out[T][16]) per
 // tile of linear_token_tile tokens, then per token.
 template <DType W, Isa isa, class Emit>
@@ -211,24 +218,15 @@ inline void share_strips(int rows, int tokens, int chunk, Run&& run) {
 template <DType W, Isa isa = Isa::native>
 void linear_team(WeightMatrix const& w, FloatRows x, int tokens, float* y, std::size_t y_stride,
                  Store store, float* buffer) {
-    auto const put = [&]<int R, int T>(int first_row, int t0, float(&out)[R][T], int rows) {
-        for (int t = 0; t < T; ++t) {
-            float* row = y + static_cast<std::size_t>(t0 + t) * y_stride + first_row;
-            for (int r = 0; r < rows; ++r) {
-                if (store == Store::accumulate) {
-                    row[r] += out[r][t];
-                } else {
-                    row[r] = out[r][t];
-                }
-            }
-        }
-    };
     detail::share_strips(w.rows, tokens, linear_token_chunk(x.stride * sizeof(float)),
                          [&]<int R>(int first_row, int first, int last) {
                              detail::FloatStrip<W, R> const strip(w, first_row, buffer);
                              detail::sweep_tokens<decltype(strip), R>(
                                  strip, x, first, last, [&]<int T>(int t0, float(&out)[R][T]) {
-                                     put(first_row, t0, out, R);
+                                     for (int t = 0; t < T; ++t)
+                                         for (int r = 0; r < R; ++r)
+                                             detail::store_output(y, y_stride, t0 + t,
+                                                                  first_row + r, out[r][t], store);
                                  });
                          });
 }
@@ -242,16 +240,9 @@ void linear_team(WeightMatrix const& w, Int8Rows x, int tokens, float* y, std::s
         int const rows = detail::strip_rows(w.rows, strip);
         detail::int8_strip_products<W, isa>(
             w, strip, x, first, last, [&]<int T>(int t0, float(&out)[T][int8_strip_rows]) {
-                for (int t = 0; t < T; ++t) {
-                    float* row = y + static_cast<std::size_t>(t0 + t) * y_stride + first_row;
-                    for (int r = 0; r < rows; ++r) {
-                        if (store == Store::accumulate) {
-                            row[r] += out[t][r];
-                        } else {
-                            row[r] = out[t][r];
-                        }
-                    }
-                }
+                for (int t = 0; t < T; ++t)
+                    for (int r = 0; r < rows; ++r)
+                        detail::store_output(y, y_stride, t0 + t, first_row + r, out[t][r], store);
             });
     });
 }
