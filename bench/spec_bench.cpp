@@ -46,6 +46,7 @@ struct Options {
     int tokens = 64;
     std::vector<int> gammas{1, 2, 3, 4, 5, 6, 7, 8};
     std::vector<std::string> drafters{"lookup", "layers8", "layers15", "self"};
+    std::string precision = "f32";  // activations of every pass: f32 or int8
 };
 
 struct Run {
@@ -127,7 +128,10 @@ std::vector<Workload> workloads(Options const& o) {
 template <class Drafter>
 void sweep(Options const& o, char const* name, Drafter drafter) {
     Engine<Model, Serving, Host, PagedKv<>, Drafter> engine(
-        gguf::File::open(o.model), {.kv_budget_bytes = std::size_t{64} << 20, .threads = o.threads},
+        gguf::File::open(o.model),
+        {.kv_budget_bytes = std::size_t{64} << 20,
+         .threads = o.threads,
+         .int8_activations = o.precision == "int8"},
         std::move(drafter));
     for (Workload const& w : workloads(o)) {
         run_engine(engine, w.messages, 2, 0);  // warm-up: page in the weights
@@ -156,6 +160,9 @@ int main(int argc, char** argv) {
     app.add_option("-n,--tokens", o.tokens, "Tokens generated per run");
     app.add_option("--gammas", o.gammas, "Drafts per round");
     app.add_option("--drafters", o.drafters, "Drafters to run: lookup layers8 layers15 self");
+    app.add_option("--precision", o.precision,
+                   "Activations of the engine's passes, drafters' included: f32 or int8")
+        ->check(CLI::IsMember({"f32", "int8"}));
     CLI11_PARSE(app, argc, argv);
     try {
         print_header();

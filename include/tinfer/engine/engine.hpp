@@ -170,6 +170,9 @@ class Engine {
           drafter_(std::move(drafter)) {
         if constexpr (spec::TargetAttachedDrafter<Drafter, Model>)
             drafter_.attach(model_, workspace_.threads());
+        // Model drafters run their passes in the engine's precision.
+        if constexpr (requires { drafter_.set_int8_activations(true); })
+            drafter_.set_int8_activations(options.int8_activations);
     }
 
     Engine(Engine const&) = delete;

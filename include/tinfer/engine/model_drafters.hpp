@@ -104,6 +104,10 @@ class DraftPool {
     // Proposals dropped because the draft cache was full.
     long refused() const { return refused_; }
 
+    // Draft passes with int8 activations (precision::Int8Activations) or float32 (the default).
+    // The engine sets this to its own EngineOptions::int8_activations.
+    void set_int8_activations(bool on) { shared_->int8_activations = on; }
+
   protected:
     struct Shared {
         Shared(std::size_t kv_budget_bytes, int rows) : cache(kv_budget_bytes), max_rows(rows) {}
@@ -113,6 +117,7 @@ class DraftPool {
         Cache cache;
         int max_rows;
         std::optional<typename Model::Workspace> workspace;
+        bool int8_activations = false;
     };
 
     // One request's draft model (a DraftModel): a sequence of the shared cache.
@@ -138,8 +143,13 @@ class DraftPool {
                     std::min<std::size_t>(tokens.size(), static_cast<std::size_t>(ws.max_tokens()));
                 SequenceChunk const chunk{
                     .slot = seq_, .first_position = length_, .tokens = tokens.first(n)};
-                shared_->model->forward(std::span<SequenceChunk const>(&chunk, 1), shared_->cache,
-                                        ws, next_logits, draft_layers);
+                std::span<SequenceChunk const> const chunks(&chunk, 1);
+                if (shared_->int8_activations) {
+                    shared_->model->template forward<precision::Int8Activations>(
+                        chunks, shared_->cache, ws, next_logits, draft_layers);
+                } else {
+                    shared_->model->forward(chunks, shared_->cache, ws, next_logits, draft_layers);
+                }
                 length_ += static_cast<int>(n);
                 tokens = tokens.subspan(n);
             }
