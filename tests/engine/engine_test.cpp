@@ -13,6 +13,7 @@
 
 #include <tinfer/config/presets.hpp>
 #include <tinfer/engine/engine.hpp>
+#include <tinfer/kv/contiguous_cache.hpp>
 
 #include "../reference/golden_logits.hpp"
 #include "testing.hpp"
@@ -78,8 +79,11 @@ GenerationRequest greedy(Job const& j) {
 
 template <class Scheduler>
 std::vector<std::vector<std::int32_t>> run_together(std::vector<Job> const& jobs,
-                                                    std::size_t kv_bytes, int* preemptions) {
-    Engine<Model, Scheduler> engine(model_file(), {.kv_budget_bytes = kv_bytes, .threads = 1});
+                                                    std::size_t kv_bytes, int* preemptions,
+                                                    bool int8_activations = false) {
+    Engine<Model, Scheduler> engine(
+        model_file(),
+        {.kv_budget_bytes = kv_bytes, .threads = 1, .int8_activations = int8_activations});
     std::vector<GenerationRequest> requests;
     for (Job const& j : jobs) requests.push_back(greedy(j));
     auto const completions = engine.generate(std::move(requests));
@@ -142,6 +146,37 @@ BOOST_AUTO_TEST_CASE(batching_chunking_and_preemption_do_not_change_greedy_token
     BOOST_TEST_MESSAGE("swap preemptions: " << preemptions);
     BOOST_TEST(preemptions > 0);
     BOOST_TEST((run_together<Fair>(jobs, 8 * block_bytes, nullptr) == alone));
+}
+
+// EngineOptions::int8_activations: batched, chunked and preempted requests get exactly the
+// greedy tokens of a plain loop over the model with int8 activations (no engine; 2 threads
+// there, 1 in the engine).
+BOOST_AUTO_TEST_CASE(int8_activations_keep_each_request_its_own_tokens) {
+    auto const jobs = random_jobs(20261130, 16);
+    gguf::File const file = model_file();
+    auto const model = Model::bind(file);
+    std::vector<std::vector<std::int32_t>> alone;
+    for (Job const& j : jobs) {
+        kv::ContiguousKvCache<presets::smollm2_135m> cache(1, 64);
+        Model::Workspace ws(64, 2);
+        std::vector<float> logits(presets::smollm2_135m.vocab);
+        std::vector<std::int32_t> tokens;
+        std::vector<std::int32_t> next = j.prompt;
+        int position = 0;
+        while (static_cast<int>(tokens.size()) < j.max_tokens) {
+            SequenceChunk const chunk{.slot = 0, .first_position = position, .tokens = next};
+            model.forward<precision::Int8Activations>(std::span(&chunk, 1), cache, ws, logits);
+            position += static_cast<int>(next.size());
+            next = {static_cast<std::int32_t>(std::ranges::max_element(logits) - logits.begin())};
+            tokens.push_back(next.front());
+        }
+        alone.push_back(std::move(tokens));
+    }
+    int preemptions = 0;
+    BOOST_TEST((run_together<Chunked>(jobs, 64ull << 20, nullptr, true) == alone));
+    BOOST_TEST((run_together<Chunked>(jobs, 8 * block_bytes, &preemptions, true) == alone));
+    BOOST_TEST_MESSAGE("int8, recompute preemptions: " << preemptions);
+    BOOST_TEST(preemptions > 0);
 }
 
 // Random arrivals and aborts on a pool that forces preemption: each request gets exactly one
