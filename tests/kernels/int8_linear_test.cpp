@@ -253,6 +253,7 @@ BOOST_AUTO_TEST_CASE(layouts_are_checked) {
     std::vector<float> y(8);
     BOOST_CHECK_THROW(k::linear_int8<DType::q4_1>(w.matrix, q.view(), 1, y.data()), tinfer::Error);
     Strips const strips(w.matrix);
+    BOOST_CHECK_THROW(k::linear<DType::q4_1>(strips.matrix, x.data(), 1, y.data()), tinfer::Error);
     std::vector<std::byte> again(strips.bytes.size());
     BOOST_CHECK_THROW(k::repack_int8_strips(strips.matrix, again.data()), tinfer::Error);
     tt::TestWeights const f16 = tt::make_weights<DType::f16>(rng, 8, 64);

@@ -303,6 +303,11 @@ void gated_linear_team(WeightMatrix const& gate, WeightMatrix const& up, Int8Row
 template <DType W>
 void check_linear(WeightMatrix const& w, std::size_t scratch_floats, int threads) {
     check_weight_matrix<W>(w, "linear weights");
+    if (w.layout != WeightLayout::gguf) {
+        throw Error(
+            "linear: float activations read the GGUF layout; this matrix is int8 strips "
+            "(use linear_int8)");
+    }
     std::size_t const needed = linear_scratch_floats(w.cols) * static_cast<std::size_t>(threads);
     if (scratch_floats < needed) {
         throw Error("linear: scratch holds " + std::to_string(scratch_floats) + " floats, needs " +
