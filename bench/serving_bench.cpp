@@ -69,6 +69,7 @@ struct Options {
     bool prefix_caching = false;
     std::uint64_t seed = 1;
     std::string tsv = "serving_bench.tsv";
+    std::string precision = "f32";
 };
 
 struct Job {
@@ -144,7 +145,8 @@ EngineOptions engine_options(Options const& options) {
             .host_swap_bytes = budget,
             .threads = options.threads,
             .max_step_tokens = 1024,
-            .prefix_caching = options.prefix_caching};
+            .prefix_caching = options.prefix_caching,
+            .int8_activations = options.precision == "int8"};
 }
 
 GenerationRequest request_for(Job const& job) {
@@ -301,6 +303,10 @@ int main(int argc, char** argv) {
     app.add_flag("--prefix-caching", options.prefix_caching,
                  "Keep finished requests' blocks in the prefix cache (no hits on random prompts)");
     app.add_option("--seed", options.seed)->capture_default_str();
+    app.add_option("--precision", options.precision,
+                   "Activations of the matrix products: f32 or int8 (EngineOptions)")
+        ->check(CLI::IsMember({"f32", "int8"}))
+        ->capture_default_str();
     app.add_option("-o,--tsv", options.tsv, "Data file for bench/plot_serving.gp")
         ->capture_default_str();
     CLI11_PARSE(app, argc, argv);
@@ -312,10 +318,10 @@ int main(int argc, char** argv) {
     try {
         std::printf(
             "serving_bench: %d requests per point, prompts %d-%d random tokens, outputs %d-%d "
-            "tokens (ignore_eos, greedy), %d thread(s), KV budget %.0f MiB, prefix cache %s, "
-            "seed %llu, load %.1f\n\n",
+            "tokens (ignore_eos, greedy), %d thread(s), %s activations, KV budget %.0f MiB, "
+            "prefix cache %s, seed %llu, load %.1f\n\n",
             options.requests, options.min_prompt, options.max_prompt, options.min_output,
-            options.max_output, options.threads, options.kv_budget_mib,
+            options.max_output, options.threads, options.precision.c_str(), options.kv_budget_mib,
             options.prefix_caching ? "on" : "off", static_cast<unsigned long long>(options.seed),
             load_average());
         warm_up(options);
