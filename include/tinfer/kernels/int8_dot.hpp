@@ -32,7 +32,9 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 
+#include <tinfer/core/dispatch.hpp>
 #include <tinfer/core/dtype.hpp>
 #include <tinfer/core/error.hpp>
 #include <tinfer/format/quant_blocks.hpp>
@@ -86,19 +88,13 @@ static_assert(Int8StripFormat<DType::q4_0>::block_bytes ==
 static_assert(Int8StripFormat<DType::q8_0>::block_bytes ==
               int8_strip_rows * sizeof(quant::BlockOfT<DType::q8_0>));
 
-// Calls body.template operator()<W>() for the int8-capable encoding `type`.
+// Calls body.template operator()<W>() for the int8-capable encoding `type` (tinfer::Error for
+// any other, listing these three).
 template <class Body>
 decltype(auto) dispatch_int8_weight_type(DType type, Body&& body) {
-    switch (type) {
-        case DType::q4_0:
-            return body.template operator()<DType::q4_0>();
-        case DType::q4_1:
-            return body.template operator()<DType::q4_1>();
-        case DType::q8_0:
-            return body.template operator()<DType::q8_0>();
-        default:
-            throw Error("int8 strips: " + std::string(name_of(type)) + " has no int8 product");
-    }
+    return dispatch<DType::q4_0, DType::q4_1, DType::q8_0>(
+        type, std::forward<Body>(body), [](DType a, DType b) { return a == b; },
+        "int8 strip weight dtype");
 }
 
 // Bytes repack_int8_strips writes for a matrix of encoding `type`.
