@@ -12,8 +12,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -22,6 +20,7 @@
 #include <CLI/CLI.hpp>
 
 #include "../examples/common/cli_options.hpp"
+#include "../tests/support/text_corpus.hpp"
 
 #include <tinfer/config/presets.hpp>
 #include <tinfer/format/gguf.hpp>
@@ -43,9 +42,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Options {
     std::string model;
-    std::vector<std::string> text{TINFER_TEXT_DIR "/declaration_of_independence.txt",
-                                  TINFER_TEXT_DIR "/gettysburg_address.txt",
-                                  TINFER_TEXT_DIR "/constitution_article_1.txt"};
+    std::vector<std::string> text = tinfer::testing::corpus_paths(TINFER_TEXT_DIR);
     int threads = 2;
     int chunk = 256;
     int system_tokens = 512;
@@ -58,18 +55,6 @@ struct Options {
 
 double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::string read_text(std::vector<std::string> const& paths) {
-    std::string text;
-    for (std::string const& path : paths) {
-        std::ifstream in(path, std::ios::binary);
-        if (!in) throw std::runtime_error("cannot read " + path);
-        if (!text.empty()) text += "\n\n";
-        text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-        while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-    }
-    return text;
 }
 
 int argmax(float const* logits, int n) {
@@ -336,7 +321,7 @@ template <tinfer::ModelConfig Cfg>
 void run(tinfer::gguf::File const& file, Options const& options) {
     auto const model = tinfer::Llama<Cfg>::bind(file);
     auto const tokenizer = tinfer::tok::tokenizer_from_gguf(file);
-    std::string const text = read_text(options.text);
+    std::string const text = tinfer::testing::read_texts(options.text);
     // Plain text, not a chat: special-token syntax in it (there is none) stays text.
     Tokens const tokens = tokenizer.encode(text, tinfer::tok::SpecialTokens::as_text);
     std::printf("text: %zu bytes, %zu tokens\n", text.size(), tokens.size());

@@ -14,6 +14,7 @@
 #include <tinfer/format/gguf.hpp>
 #include <tinfer/format/tokenizer_gguf.hpp>
 
+#include "../support/text_corpus.hpp"
 #include "eviction_run.hpp"
 
 namespace {
@@ -37,7 +38,7 @@ struct Row {
 
 int main(int argc, char** argv) {
     std::string model_path = TINFER_DEFAULT_MODEL_PATH;
-    std::vector<std::string> texts = ev::default_text_paths(TINFER_TEST_DATA_DIR);
+    std::vector<std::string> texts = tinfer::testing::corpus_paths(TINFER_TEST_DATA_DIR "/text");
     int tokens = 0;
     int chunk = 1;
     int threads = 2;
@@ -54,7 +55,7 @@ int main(int argc, char** argv) {
         auto const file = tinfer::gguf::File::open(model_path);
         auto const model = Model::bind(file);
         std::vector<std::int32_t> text =
-            tinfer::tok::tokenizer_from_gguf(file).encode(ev::read_texts(texts));
+            tinfer::tok::tokenizer_from_gguf(file).encode(tinfer::testing::read_texts(texts));
         if (tokens > 0 && tokens < static_cast<int>(text.size())) text.resize(tokens);
         int const n = static_cast<int>(text.size());
         std::fprintf(stderr, "%d tokens, KV budget %d, %d threads\n", n, budget, threads);

@@ -7,10 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <fstream>
-#include <iterator>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -94,25 +91,6 @@ PolicyRun run_policy(Llama<Cfg> const& model, std::span<std::int32_t const> text
         run.most_kept = std::max(run.most_kept, cache.tokens(0));
     }
     return run;
-}
-
-inline std::string read_texts(std::vector<std::string> const& paths) {
-    std::string text;
-    for (std::string const& path : paths) {
-        std::ifstream in(path, std::ios::binary);
-        if (!in) throw std::runtime_error("cannot read " + path);
-        if (!text.empty()) text += "\n\n";
-        text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-        while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-    }
-    return text;
-}
-
-// The evaluation text of tests/data/text/, in the order bench/kv_bench.cpp reads it.
-inline std::vector<std::string> default_text_paths(std::string const& data_dir) {
-    return {data_dir + "/text/declaration_of_independence.txt",
-            data_dir + "/text/gettysburg_address.txt",
-            data_dir + "/text/constitution_article_1.txt"};
 }
 
 }  // namespace tinfer::testing::eviction

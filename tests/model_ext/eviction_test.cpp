@@ -27,6 +27,7 @@
 
 #include "eviction_run.hpp"
 #include "testing.hpp"
+#include "text_corpus.hpp"
 
 namespace tt = tinfer::testing;
 namespace ev = tinfer::testing::eviction;
@@ -279,7 +280,7 @@ struct ModelFixture {
     tinfer::gguf::File file = tinfer::gguf::File::open(tt::model_path());
     Model model = Model::bind(file);
     std::vector<std::int32_t> text = tinfer::tok::tokenizer_from_gguf(file).encode(
-        ev::read_texts(ev::default_text_paths(tt::data_dir().string())));
+        tt::read_texts(tt::corpus_paths((tt::data_dir() / "text").string())));
 };
 
 ModelFixture& model_fixture() {
