@@ -272,6 +272,14 @@ void int8_strip_tile_avx2(std::byte const* strip, int cols, Int8Row const (&x)[T
     for (int b = 0; b < blocks; ++b) {
         std::byte const* p = strip + static_cast<std::size_t>(b) * Format::block_bytes;
         std::byte const* scales = p + K * Format::register_bytes;
+        // Q8_0's shift term 128 sum(x) per token, the same for both halves.
+        int shift_terms[T] = {};
+        if constexpr (!Format::nibbles) {
+            for (int t = 0; t < T; ++t) {
+                std::int8_t const* xq = x[t].q + b * int8_block_elements;
+                for (int i = 0; i < int8_block_elements; ++i) shift_terms[t] += 128 * xq[i];
+            }
+        }
         for (int h = 0; h < halves; ++h) {
             __m256 const d =
                 _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<__m128i const*>(scales + 16 * h)));
@@ -317,9 +325,7 @@ void int8_strip_tile_avx2(std::byte const* strip, int cols, Int8Row const (&x)[T
                                                                          _mm256_sign_epi8(xs, w)),
                                                     ones));
                     }
-                    int x_total = 0;
-                    for (int i = 0; i < int8_block_elements; ++i) x_total += xq[i];
-                    sums = _mm256_add_epi32(sums, _mm256_set1_epi32(128 * x_total));
+                    sums = _mm256_add_epi32(sums, _mm256_set1_epi32(shift_terms[t]));
                 }
                 __m256 const scale = _mm256_mul_ps(d, _mm256_set1_ps(x[t].scale[b]));
                 acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc[t][h]);
