@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh machine: installs what is missing, fetches the default
-# model, builds everything (CUDA too where nvcc exists) and runs every test with CTest.
+# The whole test suite, from a fresh machine: installs what is missing, fetches both real
+# models, builds everything (CUDA too where nvcc exists) and runs every test with CTest.
 # Arguments go to ctest (e.g. -L unit, -R gguf).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$root/scripts/setup.sh"
 "$root/scripts/fetch_model.sh" >/dev/null
+"$root/scripts/fetch_model.sh" gemma3 >/dev/null
 start=$(date +%s)
 "$root/scripts/build.sh"
 echo "test: build took $(( $(date +%s) - start )) s"

@@ -67,6 +67,16 @@ inline std::filesystem::path model_path() {
     return path;
 }
 
+// The cached second model, Gemma 3 270M Q4_K_M (scripts/fetch_model.sh gemma3).
+inline std::filesystem::path gemma3_path() {
+    char const* env = std::getenv("TINFER_GEMMA3_PATH");
+    std::filesystem::path path = env ? env : "";
+    BOOST_REQUIRE_MESSAGE(!path.empty() && std::filesystem::exists(path),
+                          "Gemma 3 model not found at '" << path.string()
+                                                         << "': run scripts/fetch_model.sh gemma3");
+    return path;
+}
+
 inline std::filesystem::path data_dir() {
     return TINFER_TEST_DATA_DIR;
 }
