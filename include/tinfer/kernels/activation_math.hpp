@@ -5,6 +5,7 @@
 // order depends only on n, never on how many rows a call processes or which thread runs it.
 #include <algorithm>
 #include <bit>
+#include <concepts>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -61,6 +62,26 @@ inline float sum_of_squares(float const* x) {
 inline float silu(float x) {
     return x / (1.0f + std::exp(-x));
 }
+
+// GELU with the tanh approximation, as Gemma's FFN (and llama.cpp's ggml_gelu) computes it:
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+inline float gelu_tanh(float x) {
+    constexpr float sqrt_2_over_pi = 0.7978845608028654f;
+    constexpr float cubic = 0.044715f;
+    return 0.5f * x * (1.0f + std::tanh(sqrt_2_over_pi * x * (1.0f + cubic * x * x)));
+}
+
+// The gate's activation in a gated FFN, as a type a kernel is instantiated for.
+struct SiluGate {
+    static float apply(float x) { return silu(x); }
+};
+struct GeluTanhGate {
+    static float apply(float x) { return gelu_tanh(x); }
+};
+template <class A>
+concept GateActivation = requires(float x) {
+    { A::apply(x) } -> std::same_as<float>;
+};
 
 inline constexpr float negative_infinity = -std::numeric_limits<float>::infinity();
 

@@ -247,11 +247,11 @@ void linear_team(WeightMatrix const& w, Int8Rows x, int tokens, float* y, std::s
     });
 }
 
-// The gated FFN's first half: out [tokens][out_stride] = silu(x . G^T) * (x . U^T), both
-// products of a row computed by the same thread and combined before they are stored. Float
-// rows: buffer is linear_scratch_floats(cols) floats of this thread. Int8 rows: both matrices
-// repacked into int8 strips.
-template <DType W, Isa isa = Isa::native>
+// The gated FFN's first half: out [tokens][out_stride] = act(x . G^T) * (x . U^T), act SiLU
+// (SwiGLU) or GELU-tanh (GeGLU), both products of a row computed by the same thread and
+// combined before they are stored. Float rows: buffer is linear_scratch_floats(cols) floats of
+// this thread. Int8 rows: both matrices repacked into int8 strips.
+template <DType W, Isa isa = Isa::native, GateActivation Activation = SiluGate>
 void gated_linear_team(WeightMatrix const& gate, WeightMatrix const& up, FloatRows x, int tokens,
                        float* out, std::size_t out_stride, float* buffer) {
     std::size_t const second = static_cast<std::size_t>(linear_row_tile) * gate.cols;
@@ -269,13 +269,13 @@ void gated_linear_team(WeightMatrix const& gate, WeightMatrix const& up, FloatRo
                                              out + static_cast<std::size_t>(t0 + t) * out_stride +
                                              first_row;
                                          for (int r = 0; r < R; ++r)
-                                             row[r] = silu(g[r][t]) * u[r][t];
+                                             row[r] = Activation::apply(g[r][t]) * u[r][t];
                                      }
                                  });
                          });
 }
 
-template <DType W, Isa isa = Isa::native>
+template <DType W, Isa isa = Isa::native, GateActivation Activation = SiluGate>
 void gated_linear_team(WeightMatrix const& gate, WeightMatrix const& up, Int8Rows x, int tokens,
                        float* out, std::size_t out_stride, float* /*buffer*/ = nullptr) {
     static_assert(has_int8_dot(W),
@@ -293,7 +293,7 @@ void gated_linear_team(WeightMatrix const& gate, WeightMatrix const& up, Int8Row
                 int8_strip_tile<W, T, isa>(up_strip, up.cols, x_rows, u);
                 for (int t = 0; t < T; ++t) {
                     float* row = out + static_cast<std::size_t>(t0 + t) * out_stride + first_row;
-                    for (int r = 0; r < rows; ++r) row[r] = silu(g[t][r]) * u[t][r];
+                    for (int r = 0; r < rows; ++r) row[r] = Activation::apply(g[t][r]) * u[t][r];
                 }
             });
     });
