@@ -91,8 +91,9 @@ BOOST_AUTO_TEST_CASE(encodings_match_the_block_structs) {
     static_assert(weight_encoding(DType::q4_k).block_elements == 256);
     static_assert(weight_encoding(DType::q6_k).block_bytes == 210);
     // Consistent with the bits-per-element table the rest of tinfer sizes memory with.
-    for (DType const t : {DType::f32, DType::f16, DType::bf16, DType::q4_0, DType::q4_1,
-                          DType::q5_0, DType::q5_1, DType::q8_0, DType::q4_k, DType::q6_k}) {
+    for (DType const t :
+         {DType::f32, DType::f16, DType::bf16, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1,
+          DType::q8_0, DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k}) {
         WeightEncoding const e = weight_encoding(t);
         BOOST_TEST(e.block_bytes * 8.0 / e.block_elements == bits_per_element(t), name_of(t));
     }

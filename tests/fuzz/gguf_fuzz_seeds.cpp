@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
                           {gguf::TensorType::q4_1, 32, 20},   {gguf::TensorType::q5_0, 32, 22},
                           {gguf::TensorType::q5_1, 32, 24},   {gguf::TensorType::q8_0, 32, 34},
                           {gguf::TensorType::q4_k, 256, 144}, {gguf::TensorType::q6_k, 256, 210},
+                          {gguf::TensorType::q2_k, 256, 84},  {gguf::TensorType::q3_k, 256, 110},
                           {gguf::TensorType::q5_k, 256, 176}};
     gguf::Writer tensors;
     tensors.add("general.alignment", std::uint32_t{64});

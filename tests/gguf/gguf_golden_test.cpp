@@ -122,7 +122,8 @@ BOOST_AUTO_TEST_CASE(tensor_infos) {
         {"t_q4_0", T::q4_0, 2, {128, 3, 1, 1}}, {"t_q4_1", T::q4_1, 2, {128, 3, 1, 1}},
         {"t_q5_0", T::q5_0, 2, {128, 3, 1, 1}}, {"t_q5_1", T::q5_1, 2, {128, 3, 1, 1}},
         {"t_q8_0", T::q8_0, 2, {128, 3, 1, 1}}, {"t_q4_k", T::q4_k, 2, {512, 2, 1, 1}},
-        {"t_q6_k", T::q6_k, 2, {512, 2, 1, 1}},
+        {"t_q6_k", T::q6_k, 2, {512, 2, 1, 1}}, {"t_q2_k", T::q2_k, 2, {512, 4, 1, 1}},
+        {"t_q3_k", T::q3_k, 2, {512, 4, 1, 1}}, {"t_q5_k", T::q5_k, 2, {512, 4, 1, 1}},
     };
     auto const& tensors = golden().tensors();
     BOOST_REQUIRE_EQUAL(tensors.size(), std::size(expected));

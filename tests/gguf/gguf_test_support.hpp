@@ -62,8 +62,9 @@ void poke(std::vector<std::byte>& bytes, std::size_t at, T value) {
     std::memcpy(bytes.data() + at, &value, sizeof(T));
 }
 
-// Decoded values must equal the reference bit for bit where decoding is one rounding (plain
-// types, Q4_0, Q5_0, Q8_0, Q6_K). Affine types decode as d*q + offset; a compiler may fuse
+// Decoded values must equal the reference bit for bit where decoding is a chain of products
+// in ggml's order (plain types, Q4_0, Q5_0, Q8_0, Q3_K, Q6_K). Affine types (Q4_1, Q5_1, Q2_K,
+// Q4_K, Q5_K) decode as d*q + offset; a compiler may fuse
 // that into one FMA (ggml's C may or may not), which moves the result by at most one rounding
 // of d*q plus one of the sum: |d*q| = |ref - offset|, so the bound is eps * (|ref - offset| +
 // |ref|). `offsets` empty means exact comparison.

@@ -160,12 +160,16 @@ BOOST_AUTO_TEST_CASE(dequantize_checks_sizes_and_types) {
     BOOST_CHECK_NO_THROW(gguf::dequantize(gguf::TensorType::q4_0, block, out32));
     BOOST_CHECK_THROW(gguf::dequantize(gguf::TensorType::q4_0, block, out31), tinfer::Error);
     BOOST_CHECK_THROW(gguf::dequantize(gguf::TensorType::q4_0, block, out64), tinfer::Error);
-    std::vector<std::byte> const k_block(176);
+    std::vector<std::byte> const k_block(176), short_k_block(175);
     std::vector<float> out256(256);
-    BOOST_CHECK_THROW(gguf::dequantize(gguf::TensorType::q5_k, k_block, out256), tinfer::Error);
+    BOOST_CHECK_NO_THROW(gguf::dequantize(gguf::TensorType::q5_k, k_block, out256));
+    BOOST_CHECK_THROW(gguf::dequantize(gguf::TensorType::q5_k, short_k_block, out256),
+                      tinfer::Error);
     BOOST_CHECK_THROW(gguf::dequantize(static_cast<gguf::TensorType>(99), block, out32),
                       tinfer::Error);
-    BOOST_TEST(!gguf::to_dtype(gguf::TensorType::q5_k).has_value());
+    BOOST_TEST((gguf::to_dtype(gguf::TensorType::q2_k).value() == tinfer::DType::q2_k));
+    BOOST_TEST((gguf::to_dtype(gguf::TensorType::q3_k).value() == tinfer::DType::q3_k));
+    BOOST_TEST((gguf::to_dtype(gguf::TensorType::q5_k).value() == tinfer::DType::q5_k));
     BOOST_TEST((gguf::to_dtype(gguf::TensorType::q4_1).value() == tinfer::DType::q4_1));
     BOOST_TEST((gguf::to_dtype(gguf::TensorType::bf16).value() == tinfer::DType::bf16));
 }

@@ -32,8 +32,27 @@ static_assert(std::is_same_v<quant::BlockOfT<tinfer::DType::q4_1>, quant::BlockQ
 static_assert(std::is_same_v<quant::BlockOfT<tinfer::DType::q5_0>, quant::BlockQ5_0>);
 static_assert(std::is_same_v<quant::BlockOfT<tinfer::DType::q5_1>, quant::BlockQ5_1>);
 static_assert(std::is_same_v<quant::BlockOfT<tinfer::DType::q8_0>, quant::BlockQ8_0>);
+static_assert(std::is_same_v<quant::BlockOfT<tinfer::DType::q2_k>, quant::BlockQ2_K>);
+static_assert(std::is_same_v<quant::BlockOfT<tinfer::DType::q3_k>, quant::BlockQ3_K>);
 static_assert(std::is_same_v<quant::BlockOfT<tinfer::DType::q4_k>, quant::BlockQ4_K>);
+static_assert(std::is_same_v<quant::BlockOfT<tinfer::DType::q5_k>, quant::BlockQ5_K>);
 static_assert(std::is_same_v<quant::BlockOfT<tinfer::DType::q6_k>, quant::BlockQ6_K>);
+
+// Packs 6-bit scales and minimums of 8 sub-blocks as gguf-py's Q4_K.get_scale_min unpacks them
+// (Q4_K and Q5_K): sub-blocks 0..3 keep 6 bits in bytes s and s+4; 4..7 put their low nibbles
+// in byte s+4 and their top 2 bits in the spare top bits of bytes s-4 (scale) and s (minimum).
+void pack_scale_min_k4(std::array<int, 8> const& scale, std::array<int, 8> const& minimum,
+                       std::uint8_t* scales) {
+    for (int s = 0; s < 4; ++s) {
+        scales[s] = static_cast<std::uint8_t>(scale[s]);
+        scales[s + 4] = static_cast<std::uint8_t>(minimum[s]);
+    }
+    for (int s = 4; s < 8; ++s) {
+        scales[s + 4] = static_cast<std::uint8_t>((scale[s] & 15) | ((minimum[s] & 15) << 4));
+        scales[s - 4] |= static_cast<std::uint8_t>((scale[s] >> 4) << 6);
+        scales[s] |= static_cast<std::uint8_t>((minimum[s] >> 4) << 6);
+    }
+}
 
 }  // namespace
 
@@ -49,7 +68,10 @@ BOOST_AUTO_TEST_CASE(block_sizes_match_bits_per_element) {
     check(tinfer::DType::q5_0, sizeof(quant::BlockQ5_0), quant::BlockQ5_0::elements);
     check(tinfer::DType::q5_1, sizeof(quant::BlockQ5_1), quant::BlockQ5_1::elements);
     check(tinfer::DType::q8_0, sizeof(quant::BlockQ8_0), quant::BlockQ8_0::elements);
+    check(tinfer::DType::q2_k, sizeof(quant::BlockQ2_K), quant::BlockQ2_K::elements);
+    check(tinfer::DType::q3_k, sizeof(quant::BlockQ3_K), quant::BlockQ3_K::elements);
     check(tinfer::DType::q4_k, sizeof(quant::BlockQ4_K), quant::BlockQ4_K::elements);
+    check(tinfer::DType::q5_k, sizeof(quant::BlockQ5_K), quant::BlockQ5_K::elements);
     check(tinfer::DType::q6_k, sizeof(quant::BlockQ6_K), quant::BlockQ6_K::elements);
 }
 
@@ -113,15 +135,7 @@ BOOST_AUTO_TEST_CASE(q4_k_unpacks_six_bit_scales_and_minimums) {
         scale[s] = 10 + 7 * s;    // up to 59: exercises the high bits
         minimum[s] = 63 - 5 * s;  // down to 28
     }
-    for (int s = 0; s < 4; ++s) {
-        block.scales[s] = static_cast<std::uint8_t>(scale[s]);
-        block.scales[s + 4] = static_cast<std::uint8_t>(minimum[s]);
-    }
-    for (int s = 4; s < 8; ++s) {
-        block.scales[s + 4] = static_cast<std::uint8_t>((scale[s] & 15) | ((minimum[s] & 15) << 4));
-        block.scales[s - 4] |= static_cast<std::uint8_t>((scale[s] >> 4) << 6);
-        block.scales[s] |= static_cast<std::uint8_t>((minimum[s] >> 4) << 6);
-    }
+    pack_scale_min_k4(scale, minimum, block.scales);
     std::mt19937_64 rng = tinfer::testing::seeded_rng(41);
     std::array<int, 256> q{};
     for (int& v : q) v = static_cast<int>(rng() % 16);
@@ -159,6 +173,94 @@ BOOST_AUTO_TEST_CASE(q6_k_combines_four_and_two_bit_parts) {
     quant::dequantize_block(block, out);
     for (int i = 0; i < 256; ++i) {
         double const expected = 0.5 * block.scales[i / 16] * (q[i] - 32);
+        BOOST_TEST(out[i] == expected, "element " << i);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(q2_k_two_bit_codes_and_four_bit_scales) {
+    // Layout from gguf-py's Q2_K.dequantize_blocks: sub-block s has scale scales[s] & 15 and
+    // minimum scales[s] >> 4; element i takes bits 2k..2k+1 of qs[32h + l], h = i / 128,
+    // k = (i % 128) / 32, l = i % 32.
+    std::mt19937_64 rng = tinfer::testing::seeded_rng(43);
+    std::array<int, 256> q{};
+    for (int& v : q) v = static_cast<int>(rng() % 4);
+    quant::BlockQ2_K block{};
+    block.d = 0x3800;     // 0.5
+    block.dmin = 0x3400;  // 0.25
+    for (int s = 0; s < 16; ++s) block.scales[s] = static_cast<std::uint8_t>(s | ((15 - s) << 4));
+    for (int i = 0; i < 256; ++i) {
+        int const h = i / 128, k = (i % 128) / 32, l = i % 32;
+        block.qs[32 * h + l] |= static_cast<std::uint8_t>(q[i] << (2 * k));
+    }
+    float out[256];
+    quant::dequantize_block(block, out);
+    for (int i = 0; i < 256; ++i) {
+        int const s = i / 16;
+        double const expected = 0.5 * s * q[i] - 0.25 * (15 - s);
+        BOOST_TEST(out[i] == expected, "element " << i);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(q3_k_signed_six_bit_scales_and_high_mask) {
+    // Layout from gguf-py's Q3_K.dequantize_blocks: scale s (stored + 32) has its low 4 bits in
+    // the low (s < 8) or high nibble of scales[s % 8] and its top 2 bits in bits 2(s/4)..
+    // 2(s/4)+1 of scales[8 + s % 4]; element i keeps 2 bits as Q2_K does and subtracts 4 unless
+    // bit i / 32 of hmask[i % 32] is set.
+    std::mt19937_64 rng = tinfer::testing::seeded_rng(44);
+    std::array<int, 256> q{};
+    for (int& v : q) v = static_cast<int>(rng() % 8) - 4;
+    std::array<int, 16> scale{};
+    for (int s = 0; s < 16; ++s) scale[s] = s * 4 - 32 + s % 3;  // -32 .. 29, every high bit
+    scale[15] = 31;
+    quant::BlockQ3_K block{};
+    block.d = 0x3800;  // 0.5
+    for (int s = 0; s < 16; ++s) {
+        int const stored = scale[s] + 32;
+        block.scales[s % 8] |= static_cast<std::uint8_t>((stored & 15) << (s < 8 ? 0 : 4));
+        block.scales[8 + s % 4] |= static_cast<std::uint8_t>((stored >> 4) << (2 * (s / 4)));
+    }
+    for (int i = 0; i < 256; ++i) {
+        int const h = i / 128, k = (i % 128) / 32, l = i % 32;
+        bool const high = q[i] >= 0;
+        int const low = high ? q[i] : q[i] + 4;
+        block.qs[32 * h + l] |= static_cast<std::uint8_t>(low << (2 * k));
+        if (high) block.hmask[l] |= static_cast<std::uint8_t>(1 << (i / 32));
+    }
+    for (int s = 0; s < 16; ++s) BOOST_TEST(quant::scale_k3(s, block.scales) == scale[s]);
+    float out[256];
+    quant::dequantize_block(block, out);
+    for (int i = 0; i < 256; ++i) {
+        double const expected = 0.5 * scale[i / 16] * q[i];
+        BOOST_TEST(out[i] == expected, "element " << i);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(q5_k_adds_a_fifth_bit_to_q4_k) {
+    // Layout from gguf-py's Q5_K.dequantize_blocks: Q4_K's scales, minimums and nibbles, and
+    // the fifth bit of element i in bit i / 32 of qh[i % 32].
+    std::array<int, 8> scale{}, minimum{};
+    for (int s = 0; s < 8; ++s) {
+        scale[s] = 63 - 6 * s;   // down to 21
+        minimum[s] = 3 + 8 * s;  // up to 59
+    }
+    quant::BlockQ5_K block{};
+    block.d = 0x3800;     // 0.5
+    block.dmin = 0x3400;  // 0.25
+    pack_scale_min_k4(scale, minimum, block.scales);
+    std::mt19937_64 rng = tinfer::testing::seeded_rng(45);
+    std::array<int, 256> q{};
+    for (int& v : q) v = static_cast<int>(rng() % 32);
+    for (int i = 0; i < 256; ++i) {
+        int const pair = i / 64, within = i % 64;
+        int const byte = 32 * pair + within % 32;
+        block.qs[byte] |= static_cast<std::uint8_t>(within < 32 ? q[i] & 15 : (q[i] & 15) << 4);
+        block.qh[i % 32] |= static_cast<std::uint8_t>((q[i] >> 4) << (i / 32));
+    }
+    float out[256];
+    quant::dequantize_block(block, out);
+    for (int i = 0; i < 256; ++i) {
+        int const s = i / 32;
+        double const expected = 0.5 * scale[s] * q[i] - 0.25 * minimum[s];
         BOOST_TEST(out[i] == expected, "element " << i);
     }
 }

@@ -8,7 +8,11 @@ and decoded by gguf.quants.dequantize. Outputs go to tests/data/gguf/:
   golden_<tensor>.f32      that tensor dequantized by gguf.quants (raw little-endian float32)
   golden_<tensor>.input.f32  the floats a quantized tensor was made from (legacy types only)
   smollm2_metadata.tsv     the real model's metadata, as gguf.GGUFReader reads it
-  golden_<tensor>.offset.f32  affine types (Q4_1, Q5_1, Q4_K): the decoded values with d = 0
+  golden_<tensor>.offset.f32  affine types (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K): the decoded values
+                           with d = 0
+
+K-quant tensors hold random blocks with moderate f16 scales; Q2_K, Q3_K and Q5_K add a row of
+blocks at the format's edges (see edge_k_blocks).
   smollm2_rows.tsv / .f32  a few dequantized rows of the real model's tensors (+ .offset.f32)
 
 Run: python3 tests/reference/make_gguf_golden.py [path/to/SmolLM2-135M-Instruct.Q4_1.gguf]
@@ -35,6 +39,29 @@ def random_k_blocks(rng, n_blocks, block_bytes, scale_offsets):
         scale = rng.uniform(1e-3, 2e-2, size=n_blocks).astype(np.float16)
         raw[:, off:off + 2] = scale.view(np.uint8).reshape(n_blocks, 2)
     return raw
+
+
+def f16_bytes(value):
+    return np.array([value], dtype=np.float16).view(np.uint8)
+
+
+def edge_k_blocks(rng, block_bytes, scale_offsets):
+    """Four K-quant blocks at the edges of the format: every bit set, then every bit clear (the
+    largest and smallest codes and sub-block scales: Q3_K's +31 and -32, its hmask's both
+    meanings), then random codes under the largest negative f16 scale and under the smallest
+    subnormal one. Formats with a minimum (two scale offsets) pair them with a subnormal minimum,
+    then a zero scale with a negative minimum (only the minimum's term is left)."""
+    blocks = np.zeros((4, block_bytes), dtype=np.uint8)
+    blocks[0, :] = 0xFF
+    blocks[2:, :] = rng.integers(0, 256, size=(2, block_bytes), dtype=np.uint8)
+    if len(scale_offsets) == 2:
+        scales = [(1.0, 0.5), (1.0, 0.5), (-65504.0, 2.0**-24), (0.0, -0.75)]
+    else:
+        scales = [(1.0,), (1.0,), (-65504.0,), (2.0**-24,)]
+    for b, values in enumerate(scales):
+        for off, v in zip(scale_offsets, values):
+            blocks[b, off:off + 2] = f16_bytes(v)
+    return blocks
 
 
 def write_golden():
@@ -79,6 +106,14 @@ def write_golden():
     # K-quants: the gguf package only decodes them, so the blocks are random bytes.
     tensors["t_q4_k"] = (random_k_blocks(rng, 2 * 2, 144, [0, 2]).reshape(2, 2 * 144), Q.Q4_K, None)
     tensors["t_q6_k"] = (random_k_blocks(rng, 2 * 2, 210, [208]).reshape(2, 2 * 210), Q.Q6_K, None)
+    # Q2_K (d, dmin at bytes 80, 82), Q3_K (d at 108), Q5_K (d, dmin at 0, 2): two rows of random
+    # blocks, then two rows of edge blocks. Drawn after the tensors above, which stay unchanged.
+    for name, qtype, block_bytes, scale_offsets in [("t_q2_k", Q.Q2_K, 84, [80, 82]),
+                                                    ("t_q3_k", Q.Q3_K, 110, [108]),
+                                                    ("t_q5_k", Q.Q5_K, 176, [0, 2])]:
+        blocks = np.concatenate([random_k_blocks(rng, 4, block_bytes, scale_offsets),
+                                 edge_k_blocks(rng, block_bytes, scale_offsets)])
+        tensors[name] = (blocks.reshape(4, 2 * block_bytes), qtype, None)
 
     for name, (data, qtype, _) in tensors.items():
         if qtype in (Q.F32, Q.F16):
@@ -95,7 +130,7 @@ def write_golden():
     for t in reader.tensors:
         values = gguf.quants.dequantize(t.data, t.tensor_type).astype("<f4").reshape(-1)
         values.tofile(OUT / f"golden_{t.name}.f32")
-        if t.tensor_type in AFFINE_BLOCK_BYTES:
+        if t.tensor_type in AFFINE_BLOCKS:
             affine_offset(t.data, t.tensor_type).astype("<f4").tofile(OUT / f"golden_{t.name}.offset.f32")
     for name, floats in inputs.items():
         floats.astype("<f4").reshape(-1).tofile(OUT / f"golden_{name}.input.f32")
@@ -103,12 +138,15 @@ def write_golden():
 
 # Affine block types decode as d*q + offset; ggml's C and a C++ compiler may fuse that into one
 # FMA, so tests need the size of d*q to bound the difference. Zeroing d leaves the offset.
-AFFINE_BLOCK_BYTES = {Q.Q4_1: 20, Q.Q5_1: 24, Q.Q4_K: 144}
+# Per type: bytes per block, offset of the f16 d in it.
+AFFINE_BLOCKS = {Q.Q4_1: (20, 0), Q.Q5_1: (24, 0), Q.Q2_K: (84, 80), Q.Q4_K: (144, 0),
+                 Q.Q5_K: (176, 0)}
 
 
 def affine_offset(data, qtype):
-    raw = np.array(data, dtype=np.uint8, copy=True).reshape(-1, AFFINE_BLOCK_BYTES[qtype])
-    raw[:, 0:2] = 0
+    block_bytes, d_at = AFFINE_BLOCKS[qtype]
+    raw = np.array(data, dtype=np.uint8, copy=True).reshape(-1, block_bytes)
+    raw[:, d_at:d_at + 2] = 0
     return gguf.quants.dequantize(raw.reshape(-1), qtype).reshape(-1)
 
 
@@ -157,7 +195,7 @@ def write_model_excerpt(model):
     for name, rows in picks:
         t = tensors[name]
         decoded = gguf.quants.dequantize(t.data, t.tensor_type).reshape(-1, int(t.shape[0]))
-        offset = (affine_offset(t.data, t.tensor_type) if t.tensor_type in AFFINE_BLOCK_BYTES
+        offset = (affine_offset(t.data, t.tensor_type) if t.tensor_type in AFFINE_BLOCKS
                   else np.zeros(decoded.size, dtype=np.float32)).reshape(decoded.shape)
         for r in rows:
             rows_out.append("\t".join(["row", name, str(r), str(decoded.shape[1])]))

@@ -20,7 +20,10 @@ enum class DType : std::uint8_t {
     q5_0,
     q5_1,
     q8_0,
+    q2_k,
+    q3_k,
     q4_k,
+    q5_k,
     q6_k,
 };
 
@@ -50,8 +53,14 @@ constexpr std::string_view name_of(DType t) {
             return "q5_1";
         case DType::q8_0:
             return "q8_0";
+        case DType::q2_k:
+            return "q2_k";
+        case DType::q3_k:
+            return "q3_k";
         case DType::q4_k:
             return "q4_k";
+        case DType::q5_k:
+            return "q5_k";
         case DType::q6_k:
             return "q6_k";
     }
@@ -82,8 +91,14 @@ constexpr double bits_per_element(DType t) {
             return 24.0 * 8 / 32;
         case DType::q8_0:
             return 34.0 * 8 / 32;
+        case DType::q2_k:
+            return 84.0 * 8 / 256;
+        case DType::q3_k:
+            return 110.0 * 8 / 256;
         case DType::q4_k:
             return 144.0 * 8 / 256;
+        case DType::q5_k:
+            return 176.0 * 8 / 256;
         case DType::q6_k:
             return 210.0 * 8 / 256;
     }

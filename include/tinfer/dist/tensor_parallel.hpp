@@ -59,8 +59,14 @@ constexpr WeightEncoding weight_encoding(DType t) {
             return {quant::BlockQ5_1::elements, sizeof(quant::BlockQ5_1)};
         case DType::q8_0:
             return {quant::BlockQ8_0::elements, sizeof(quant::BlockQ8_0)};
+        case DType::q2_k:
+            return {quant::BlockQ2_K::elements, sizeof(quant::BlockQ2_K)};
+        case DType::q3_k:
+            return {quant::BlockQ3_K::elements, sizeof(quant::BlockQ3_K)};
         case DType::q4_k:
             return {quant::BlockQ4_K::elements, sizeof(quant::BlockQ4_K)};
+        case DType::q5_k:
+            return {quant::BlockQ5_K::elements, sizeof(quant::BlockQ5_K)};
         case DType::q6_k:
             return {quant::BlockQ6_K::elements, sizeof(quant::BlockQ6_K)};
         case DType::fp8_e4m3:

@@ -597,17 +597,19 @@ inline void dequantize(TensorType type, std::span<std::byte const> src, std::spa
             return detail::dequantize_blocks<quant::BlockQ5_1>(src, dst);
         case TensorType::q8_0:
             return detail::dequantize_blocks<quant::BlockQ8_0>(src, dst);
+        case TensorType::q2_k:
+            return detail::dequantize_blocks<quant::BlockQ2_K>(src, dst);
+        case TensorType::q3_k:
+            return detail::dequantize_blocks<quant::BlockQ3_K>(src, dst);
         case TensorType::q4_k:
             return detail::dequantize_blocks<quant::BlockQ4_K>(src, dst);
+        case TensorType::q5_k:
+            return detail::dequantize_blocks<quant::BlockQ5_K>(src, dst);
         case TensorType::q6_k:
             return detail::dequantize_blocks<quant::BlockQ6_K>(src, dst);
-        case TensorType::q2_k:
-        case TensorType::q3_k:
-        case TensorType::q5_k:
-            break;
     }
-    throw Error("cannot dequantize " + std::string(name_of(type)) +
-                ": tinfer decodes F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K");
+    throw Error("cannot dequantize tensor type id " +
+                std::to_string(static_cast<std::uint32_t>(type)));
 }
 
 // Dequantizes rows [first_row, first_row + dst.size() / row_length) of a tensor.

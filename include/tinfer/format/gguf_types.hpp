@@ -109,8 +109,7 @@ inline std::ostream& operator<<(std::ostream& out, TensorType type) {
     return out << name_of(type);
 }
 
-// The DType tinfer computes on for a tensor type; nullopt for types it reads but does not
-// compute on (Q2_K, Q3_K, Q5_K).
+// The DType tinfer computes on for a tensor type (every type block_geometry knows has one).
 constexpr std::optional<DType> to_dtype(TensorType type) {
     switch (type) {
         case TensorType::f32:
@@ -129,14 +128,16 @@ constexpr std::optional<DType> to_dtype(TensorType type) {
             return DType::q5_1;
         case TensorType::q8_0:
             return DType::q8_0;
+        case TensorType::q2_k:
+            return DType::q2_k;
+        case TensorType::q3_k:
+            return DType::q3_k;
         case TensorType::q4_k:
             return DType::q4_k;
+        case TensorType::q5_k:
+            return DType::q5_k;
         case TensorType::q6_k:
             return DType::q6_k;
-        case TensorType::q2_k:
-        case TensorType::q3_k:
-        case TensorType::q5_k:
-            return std::nullopt;
     }
     return std::nullopt;
 }

@@ -56,6 +56,30 @@ struct BlockQ8_0 {
 };
 static_assert(sizeof(BlockQ8_0) == 34, "BlockQ8_0 must match GGUF's 34-byte block");
 
+// 16 sub-blocks of 16 elements, each with a 4-bit scale (low nibble of scales[s]) and a 4-bit
+// minimum (high nibble); each element is 2 bits. Element i sits in bits 2k..2k+1 of
+// qs[32h + l], with h = i / 128, k = (i % 128) / 32, l = i % 32. The f16 scales come last.
+struct BlockQ2_K {
+    static constexpr int elements = k_block_elements;
+    std::uint8_t scales[16];
+    std::uint8_t qs[64];
+    std::uint16_t d;     // f16 super-block scale of the scales
+    std::uint16_t dmin;  // f16 super-block scale of the minimums
+};
+static_assert(sizeof(BlockQ2_K) == 84, "BlockQ2_K must match GGUF's 84-byte block");
+
+// 16 sub-blocks of 16 elements with signed 6-bit scales (stored + 32, packed into `scales`, see
+// scale_k3); each element is 3 bits, 2 in qs laid out as Q2_K's and a third in hmask: bit i / 32
+// of hmask[i % 32]. A clear hmask bit subtracts 4, so elements run -4..3.
+struct BlockQ3_K {
+    static constexpr int elements = k_block_elements;
+    std::uint8_t hmask[32];
+    std::uint8_t qs[64];
+    std::uint8_t scales[12];
+    std::uint16_t d;  // f16 super-block scale
+};
+static_assert(sizeof(BlockQ3_K) == 110, "BlockQ3_K must match GGUF's 110-byte block");
+
 // 8 sub-blocks of 32 elements, each with a 6-bit scale and a 6-bit minimum packed into
 // `scales` (see scale_min_k4); sub-blocks 2i and 2i+1 share qs[32i .. 32i+31], low nibbles
 // first.
@@ -67,6 +91,18 @@ struct BlockQ4_K {
     std::uint8_t qs[128];
 };
 static_assert(sizeof(BlockQ4_K) == 144, "BlockQ4_K must match GGUF's 144-byte block");
+
+// Q4_K's scales and minimums and nibble layout, plus a fifth bit per element: bit i / 32 of
+// qh[i % 32].
+struct BlockQ5_K {
+    static constexpr int elements = k_block_elements;
+    std::uint16_t d;     // f16 super-block scale of the scales
+    std::uint16_t dmin;  // f16 super-block scale of the minimums
+    std::uint8_t scales[12];
+    std::uint8_t qh[32];
+    std::uint8_t qs[128];
+};
+static_assert(sizeof(BlockQ5_K) == 176, "BlockQ5_K must match GGUF's 176-byte block");
 
 // 16 sub-blocks of 16 elements with signed 8-bit scales; each element is 6 bits: 4 in ql,
 // 2 in qh. The f16 scale comes last.
@@ -103,8 +139,20 @@ struct BlockOf<DType::q8_0> {
     using type = BlockQ8_0;
 };
 template <>
+struct BlockOf<DType::q2_k> {
+    using type = BlockQ2_K;
+};
+template <>
+struct BlockOf<DType::q3_k> {
+    using type = BlockQ3_K;
+};
+template <>
 struct BlockOf<DType::q4_k> {
     using type = BlockQ4_K;
+};
+template <>
+struct BlockOf<DType::q5_k> {
+    using type = BlockQ5_K;
 };
 template <>
 struct BlockOf<DType::q6_k> {
@@ -162,6 +210,59 @@ TINFER_HOST_DEVICE inline void dequantize_block(BlockQ8_0 const& block, float* o
     for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(block.qs[j]) * d;
 }
 
+// The arithmetic below follows ggml's dequantize_row_q2_K / _q3_K / _q5_K operation for
+// operation (scale times sub-block scale first, then times the element, then minus the
+// minimum), so the values are bitwise ggml's wherever the compiler does not fuse a multiply
+// and subtract.
+
+TINFER_HOST_DEVICE inline void dequantize_block(BlockQ2_K const& block, float* out) {
+    float const d = f16_bits_to_float(block.d);
+    float const dmin = f16_bits_to_float(block.dmin);
+    for (int half = 0; half < 2; ++half) {
+        std::uint8_t const* q = block.qs + 32 * half;
+        for (int k = 0; k < 4; ++k) {
+            int const shift = 2 * k;
+            for (int part = 0; part < 2; ++part) {  // sub-blocks of 16 share the shift
+                std::uint8_t const sc = block.scales[8 * half + 2 * k + part];
+                float const dl = d * static_cast<float>(sc & 0x0f);
+                float const ml = dmin * static_cast<float>(sc >> 4);
+                for (int l = 0; l < 16; ++l)
+                    out[l] = dl * static_cast<float>((q[16 * part + l] >> shift) & 3) - ml;
+                out += 16;
+            }
+        }
+    }
+}
+
+// Signed scale of sub-block s (0..15) of a Q3_K block: the low 4 bits are the low (s < 8) or
+// high (s >= 8) nibble of byte s % 8; the top 2 bits are bits 2(s/4)..2(s/4)+1 of byte 8 + s % 4.
+TINFER_HOST_DEVICE constexpr int scale_k3(int s, std::uint8_t const* scales) {
+    int const low = s < 8 ? (scales[s] & 0x0f) : (scales[s - 8] >> 4);
+    int const high = (scales[8 + s % 4] >> (2 * (s / 4))) & 3;
+    return (low | (high << 4)) - 32;
+}
+
+TINFER_HOST_DEVICE inline void dequantize_block(BlockQ3_K const& block, float* out) {
+    float const d = f16_bits_to_float(block.d);
+    for (int half = 0; half < 2; ++half) {
+        std::uint8_t const* q = block.qs + 32 * half;
+        for (int k = 0; k < 4; ++k) {
+            int const shift = 2 * k;
+            int const bit = 4 * half + k;  // of hmask[l]
+            for (int part = 0; part < 2; ++part) {
+                float const dl =
+                    d * static_cast<float>(scale_k3(8 * half + 2 * k + part, block.scales));
+                for (int l = 16 * part; l < 16 * part + 16; ++l) {
+                    int const low = (q[l] >> shift) & 3;
+                    int const subtract = (block.hmask[l] >> bit) & 1 ? 0 : 4;
+                    out[l - 16 * part] = dl * static_cast<float>(low - subtract);
+                }
+                out += 16;
+            }
+        }
+    }
+}
+
 // Scale and minimum of sub-block j (0..7) of a Q4_K block: j < 4 keep 6 bits in bytes j and
 // j+4; j >= 4 take their low 4 bits from byte j+4 and their top 2 bits from the spare top bits
 // of bytes j-4 (scale) and j (minimum).
@@ -191,6 +292,31 @@ TINFER_HOST_DEVICE inline void dequantize_block(BlockQ4_K const& block, float* o
         float const m_high = dmin * static_cast<float>(high.min);
         for (int l = 0; l < 32; ++l) out[l] = d_low * static_cast<float>(q[l] & 0x0f) - m_low;
         for (int l = 0; l < 32; ++l) out[l + 32] = d_high * static_cast<float>(q[l] >> 4) - m_high;
+        out += 64;
+        q += 32;
+    }
+}
+
+TINFER_HOST_DEVICE inline void dequantize_block(BlockQ5_K const& block, float* out) {
+    float const d = f16_bits_to_float(block.d);
+    float const dmin = f16_bits_to_float(block.dmin);
+    std::uint8_t const* q = block.qs;
+    for (int pair = 0; pair < 4; ++pair) {
+        ScaleMin const low = scale_min_k4(2 * pair, block.scales);
+        ScaleMin const high = scale_min_k4(2 * pair + 1, block.scales);
+        float const d_low = d * static_cast<float>(low.scale);
+        float const m_low = dmin * static_cast<float>(low.min);
+        float const d_high = d * static_cast<float>(high.scale);
+        float const m_high = dmin * static_cast<float>(high.min);
+        int const bit_low = 2 * pair, bit_high = 2 * pair + 1;  // of qh[l]
+        for (int l = 0; l < 32; ++l) {
+            int const v = (q[l] & 0x0f) | (((block.qh[l] >> bit_low) & 1) << 4);
+            out[l] = d_low * static_cast<float>(v) - m_low;
+        }
+        for (int l = 0; l < 32; ++l) {
+            int const v = (q[l] >> 4) | (((block.qh[l] >> bit_high) & 1) << 4);
+            out[l + 32] = d_high * static_cast<float>(v) - m_high;
+        }
         out += 64;
         q += 32;
     }

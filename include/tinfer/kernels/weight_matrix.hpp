@@ -144,7 +144,8 @@ void dequantize_row(std::byte const* row, int cols, float* out) {
 template <class Body>
 decltype(auto) dispatch_weight_type(DType type, Body&& body) {
     return dispatch<DType::q4_1, DType::q8_0, DType::q4_0, DType::f16, DType::bf16, DType::f32,
-                    DType::q5_0, DType::q5_1, DType::q4_k, DType::q6_k>(
+                    DType::q5_0, DType::q5_1, DType::q4_k, DType::q6_k, DType::q5_k, DType::q2_k,
+                    DType::q3_k>(
         type, std::forward<Body>(body), [](DType a, DType b) { return a == b; }, "weight dtype");
 }
 
