@@ -71,8 +71,76 @@ inline void decode_reference(DType type, std::byte const* p, double* out) {
             for (int j = 0; j < 32; ++j) out[j] = static_cast<std::int8_t>(u[2 + j]) * d;
             return;
         }
+        case DType::q5_0:
+        case DType::q5_1: {
+            bool const minimum = type == DType::q5_1;
+            double const d = f16_value(p), m = minimum ? f16_value(p + 2) : 0.0;
+            std::uint8_t const* qh = u + (minimum ? 4 : 2);
+            std::uint8_t const* qs = qh + 4;
+            std::uint32_t const high =
+                qh[0] | qh[1] << 8 | qh[2] << 16 | static_cast<std::uint32_t>(qh[3]) << 24;
+            for (int j = 0; j < 32; ++j) {
+                int const q = (j < 16 ? qs[j] & 15 : qs[j - 16] >> 4) | ((high >> j) & 1) << 4;
+                out[j] = minimum ? q * d + m : (q - 16) * d;
+            }
+            return;
+        }
+        case DType::q4_k:
+        case DType::q5_k: {
+            // d, dmin, 12 bytes of 6-bit scales and minimums, [qh 32], qs 128.
+            bool const fifth = type == DType::q5_k;
+            double const d = f16_value(p), dmin = f16_value(p + 2);
+            std::uint8_t const* sc = u + 4;
+            std::uint8_t const* qh = u + 16;
+            std::uint8_t const* qs = u + (fifth ? 48 : 16);
+            for (int j = 0; j < 8; ++j) {
+                int const scale = j < 4 ? sc[j] & 63 : (sc[j + 4] & 15) | (sc[j - 4] >> 6) << 4;
+                int const min = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | (sc[j] >> 6) << 4;
+                for (int l = 0; l < 32; ++l) {
+                    int q = j % 2 ? qs[32 * (j / 2) + l] >> 4 : qs[32 * (j / 2) + l] & 15;
+                    if (fifth) q |= ((qh[l] >> j) & 1) << 4;
+                    out[32 * j + l] = d * scale * q - dmin * min;
+                }
+            }
+            return;
+        }
+        case DType::q6_k: {
+            // ql 128, qh 64, 16 int8 scales, d. Element i: half h = i / 128, m = i % 128 / 32,
+            // l = i % 32: nibble m / 2 of ql[64h + 32(m % 2) + l], bits 2m.. of qh[32h + l].
+            double const d = f16_value(p + 208);
+            for (int i = 0; i < 256; ++i) {
+                int const h = i / 128, m = i % 128 / 32, l = i % 32;
+                int const low = u[64 * h + 32 * (m % 2) + l] >> (4 * (m / 2)) & 15;
+                int const high = u[128 + 32 * h + l] >> (2 * m) & 3;
+                out[i] = d * static_cast<std::int8_t>(u[192 + i / 16]) * ((low | high << 4) - 32);
+            }
+            return;
+        }
         default:
             BOOST_FAIL("no reference decoding for " << name_of(type));
+    }
+}
+
+// A K-quant block with random quants and sub-block scales (the library has no K-quant
+// quantizer), its super-block scales chosen so that the weights span about [-scale, scale].
+template <class Block>
+void random_k_block(std::mt19937_64& rng, Block& block, float scale) {
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> unit(0.5f, 1.0f);
+    auto* bytes = reinterpret_cast<std::uint8_t*>(&block);
+    for (std::size_t i = 0; i < sizeof block; ++i) bytes[i] = static_cast<std::uint8_t>(byte(rng));
+    if constexpr (requires { block.dmin; }) {
+        // w = d s q - dmin m with 6-bit s and m and q below 2^bits.
+        float const levels = requires {
+            block.qh;
+        }
+        ? 31.0f : 15.0f;
+        block.d = float_to_f16_bits(scale / (63.0f * levels) * unit(rng));
+        block.dmin = float_to_f16_bits(scale / 63.0f * unit(rng));
+    } else {
+        // Q6_K: w = d c (q - 32), c in -128..127.
+        block.d =
+            float_to_f16_bits(scale / (128.0f * 32.0f) * unit(rng) * (byte(rng) & 1 ? 1 : -1));
     }
 }
 
@@ -97,6 +165,10 @@ TestWeights make_weights(std::mt19937_64& rng, int rows, int cols, float scale =
         } else if constexpr (T == DType::bf16) {
             std::uint16_t const bits = float_to_bf16_bits(in[0]);
             std::memcpy(out, &bits, 2);
+        } else if constexpr (elements == quant::k_block_elements) {
+            quant::BlockOfT<T> block;
+            random_k_block(rng, block, scale);
+            std::memcpy(out, &block, sizeof block);
         } else {
             quant::BlockOfT<T> block;
             quant::quantize_block(in, block);

@@ -9,7 +9,8 @@
 //   q[cols]         int8 values in element order (block b at bytes 32b .. 32b+31)
 //   scale[blocks]   d_b, block b's scale
 //   sum[blocks]     d_b * (sum of block b's int8 values): the term weight offsets (Q4_1's
-//                   minimum, Q4_0's -8, Q8_0's -128 after its +128 shift) multiply
+//                   minimum, Q4_0's -8, Q8_0's -128 after its +128 shift, a K-quant
+//                   sub-block's minimum) multiply
 // padded to a multiple of 64 bytes. The integer kernels broadcast 4 values of q at a time and
 // one scale and sum per block (kernels/int8_dot.hpp).
 //
@@ -33,8 +34,9 @@ struct Float32Activations {
     static constexpr char const* name = "f32";
 };
 
-// Activations entering a matrix with Q4_0, Q4_1 or Q8_0 weights are quantized to int8 per
-// block of 32; other weight encodings keep float32 activations.
+// Activations entering a matrix whose weights have an integer dot product
+// (kernels::has_int8_dot: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants) are quantized to int8
+// per block of 32; other weight encodings keep float32 activations.
 struct Int8Activations {
     static constexpr char const* name = "int8";
 };

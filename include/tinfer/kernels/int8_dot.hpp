@@ -1,24 +1,48 @@
 #pragma once
-// Integer products of quantized weights (Q4_0, Q4_1, Q8_0) with int8 activation rows
+// Integer products of quantized weights with int8 activation rows
 // (kernels/int8_activations.hpp), on weights repacked once into 16-row strips.
 //
-// For weight block b with scale d_b and int8 activations with scale e_b:
-//   Q4_1  w = d q + m  (q in 0..15):      w . x = d e sum(q x) + m * e sum(x)
-//   Q4_0  w = d (q - 8):                  w . x = d e sum(q x) - 8 d * e sum(x)
+// Every activation block b of 32 elements has a scale e_b and a precomputed e_b sum(x). For a
+// weight block with scale d (and, where it has one, minimum m):
+//   Q4_1 / Q5_1  w = d q + m:                  w . x = d e sum(q x) + m * e sum(x)
+//   Q4_0 / Q5_0  w = d (q - c), c = 8 / 16:    w . x = d e sum(q x) - c d * e sum(x)
 //   Q8_0  w = d q (q in -128..127), stored as unsigned q + 128 (VNNI multiplies unsigned by
-//         signed bytes):                  w . x = d e sum((q + 128) x) - 128 d * e sum(x)
-// The integer sums are exact; e sum(x) is the activation row's precomputed `sum`.
+//         signed bytes):                       w . x = d e sum((q + 128) x) - 128 d * e sum(x)
+// K-quants: super-blocks of 256 elements with an f16 scale d (and dmin).
+//   Q4_K / Q5_K  8 sub-blocks of 32 with 6-bit scale s_j and minimum m_j,
+//         w = (d s_j) q - (dmin m_j):         w . x = (d s_j) e sum(q x) - (dmin m_j) * e sum(x)
+//         A sub-block is exactly an activation block, so this is Q4_1's product with
+//         per-sub-block scale and minimum (d s_j and dmin m_j are exact in float: 11 x 6 bits).
+//   Q6_K  16 sub-blocks of 16 with int8 scales c_s, w = d c_s (q - 32), q in 0..63. An
+//         activation block spans two sub-blocks (one activation scale, two weight scales), so
+//         their scales are folded in integers: with S_s = sum(q x) - 32 sum(x) over sub-block s
+//         (the 16-element activation sums are summed from the int8 values in the kernel, once
+//         per token and block, shared by the 16 rows),
+//                                              w . x = d e (c_0 S_0 + c_1 S_1)
+//         exact in int32 (|c S| < 2^25). Why not per-16 activation sums in the activation row:
+//         every other weight type would pay for them; why not fold c_s into requantized weights
+//         at repacking: that changes the weights' values.
+// The integer sums are exact; each path then does the same float operations in the same order.
 //
 // Strip layout. Rows go in strips of 16 (the last padded with zero rows), one row per 32-bit
-// lane of a 512-bit register. A strip is its rows' blocks in order, each block
-//   quants   registers of 16 rows x 4 bytes, lane r = row r's bytes 4k .. 4k+3:
-//            Q4_x: 4 registers of the GGUF's nibble bytes qs[4k .. 4k+3] (low nibbles are
-//            elements 4k.., high nibbles elements 16+4k..); Q8_0: 8 registers of q + 128
-//   d[16]    f16 scales, row r's in lane r
-//   m[16]    Q4_1 only: f16 minimums, same order
-// (as many bytes as the 16 rows' GGUF blocks). vpdpbusd of a quants register with 4 activation
-// bytes broadcast to every lane adds 4 products to each row's lane, so a block's 16 row sums
-// come out in the lanes its scales were loaded into: no shuffles, no horizontal sums, and each
+// lane of a 512-bit register. A strip is its rows' GGUF blocks in order, each block a sequence
+// of fields: a byte field of n bytes per row is n/4 registers of 16 rows x 4 bytes (lane r of
+// register k = row r's bytes 4k .. 4k+3), an f16 field is 16 values, row r's at index r:
+//   Q4_0, Q4_1  qs (4 registers: low nibbles elements 4k.., high nibbles 16+4k..), d, [m]
+//   Q5_0, Q5_1  qs (4), qh (1 register, its bits reordered at repacking so that byte i of a
+//               lane holds the fifth bits of elements 4k+i in bit k and 16+4k+i in bit 4+k:
+//               register k's high bits are then one shift and mask away), d, [m]
+//   Q8_0        qs + 128 (8), d
+//   Q4_K        qs (32: registers 8p .. 8p+7 hold sub-blocks 2p (low nibbles) and 2p+1
+//               (high)), scales (3 registers: the GGUF's 12 packed bytes, unpacked by lane-wise
+//               shifts in the kernel), d, dmin
+//   Q5_K        Q4_K's fields and qh (8 registers: bit j of byte i of register k is the fifth
+//               bit of element 4k+i of sub-block j), d, dmin
+//   Q6_K        ql (32), qh (16), scales (4 registers of int8), d
+// Every block is exactly its 16 rows' GGUF bytes (decode is memory bound: Q5_0 stays 5.5 bits
+// per weight, Q4_K 4.5, Q6_K 6.5625). vpdpbusd of a quants register with 4 activation bytes
+// broadcast to every lane adds 4 products to each row's lane, so a block's 16 row sums come
+// out in the lanes its scales were loaded into: no shuffles, no horizontal sums, and each
 // activation value is loaded once per 16 rows. Why not the GGUF layout: its row-by-row blocks
 // need byte gathers and scale permutes before any product, which made decode compute bound.
 //
@@ -47,7 +71,8 @@ namespace tinfer::kernels {
 
 // Weight encodings with an integer dot product against int8 activations.
 constexpr bool has_int8_dot(DType t) {
-    return t == DType::q4_0 || t == DType::q4_1 || t == DType::q8_0;
+    return t == DType::q4_0 || t == DType::q4_1 || t == DType::q5_0 || t == DType::q5_1 ||
+           t == DType::q8_0 || t == DType::q4_k || t == DType::q6_k;
 }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
@@ -58,41 +83,63 @@ inline constexpr bool int8_dot_vectorized = false;
 
 inline constexpr int int8_strip_rows = 16;  // one 32-bit lane each
 
-// Sizes of the strip layout for weights W.
+// Sizes and field offsets of the strip layout for weights W (one GGUF block of 16 rows).
 template <DType W>
 struct Int8StripFormat {
-    static_assert(has_int8_dot(W), "Int8StripFormat: weights must be Q4_0, Q4_1 or Q8_0");
+    static_assert(has_int8_dot(W),
+                  "Int8StripFormat: weights must be Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K or Q6_K");
+    static constexpr bool k_quant = W == DType::q4_k || W == DType::q5_k || W == DType::q6_k;
+    static constexpr int block_elements = quant::BlockOfT<W>::elements;  // 32 or 256
     static constexpr bool nibbles = W != DType::q8_0;
-    static constexpr bool stores_minimum = W == DType::q4_1;
+    // Legacy formats with a fifth bit (qh), and with a stored minimum.
+    static constexpr bool high_bits = W == DType::q5_0 || W == DType::q5_1;
+    static constexpr bool stores_minimum = W == DType::q4_1 || W == DType::q5_1;
     static constexpr int lane_bytes = 4;  // quant bytes per row per register
-    static constexpr int registers = (nibbles ? 16 : 32) / lane_bytes;
     static constexpr std::size_t register_bytes = int8_strip_rows * lane_bytes;
     static constexpr std::size_t scale_array_bytes = int8_strip_rows * sizeof(std::uint16_t);
-    static constexpr std::size_t block_bytes =
-        registers * register_bytes + scale_array_bytes * (stores_minimum ? 2 : 1);
-    // What Q4_0 and Q8_0 multiply d by for the offset term (Q4_1 stores it).
-    static constexpr float offset_factor = W == DType::q4_0 ? -8.0f : -128.0f;
+    // Registers of the quants (qs / ql), of the high bits (qh), and of the packed sub-block
+    // scales, in that order; then the f16 arrays (d, and m or dmin).
+    static constexpr int registers = W == DType::q8_0 ? 8 : k_quant ? 32 : 4;
+    static constexpr int high_registers = high_bits          ? 1
+                                          : W == DType::q5_k ? 8
+                                          : W == DType::q6_k ? 16
+                                                             : 0;
+    static constexpr int scale_registers = W == DType::q6_k ? 4 : k_quant ? 3 : 0;
+    static constexpr int scale_arrays =
+        stores_minimum || W == DType::q4_k || W == DType::q5_k ? 2 : 1;
+    static constexpr std::size_t high_offset = registers * register_bytes;
+    static constexpr std::size_t scale_register_offset =
+        high_offset + high_registers * register_bytes;
+    static constexpr std::size_t scales_offset =
+        scale_register_offset + scale_registers * register_bytes;
+    static constexpr std::size_t block_bytes = scales_offset + scale_arrays * scale_array_bytes;
+    // What Q4_0, Q5_0 and Q8_0 multiply d by for the offset term (Q4_1 and Q5_1 store it).
+    static constexpr float offset_factor = W == DType::q4_0   ? -8.0f
+                                           : W == DType::q5_0 ? -16.0f
+                                                              : -128.0f;
 
     static constexpr std::size_t strip_bytes(int cols) {
-        return static_cast<std::size_t>(cols / int8_block_elements) * block_bytes;
+        return static_cast<std::size_t>(cols / block_elements) * block_bytes;
     }
     static constexpr int strips(int rows) { return (rows + int8_strip_rows - 1) / int8_strip_rows; }
     static constexpr std::size_t matrix_bytes(int rows, int cols) {
         return static_cast<std::size_t>(strips(rows)) * strip_bytes(cols);
     }
 };
-static_assert(Int8StripFormat<DType::q4_1>::block_bytes ==
-              int8_strip_rows * sizeof(quant::BlockOfT<DType::q4_1>));
-static_assert(Int8StripFormat<DType::q4_0>::block_bytes ==
-              int8_strip_rows * sizeof(quant::BlockOfT<DType::q4_0>));
-static_assert(Int8StripFormat<DType::q8_0>::block_bytes ==
-              int8_strip_rows * sizeof(quant::BlockOfT<DType::q8_0>));
+template <DType W>
+inline constexpr bool strip_bytes_are_file_bytes = Int8StripFormat<W>::block_bytes ==
+                                                   int8_strip_rows * sizeof(quant::BlockOfT<W>);
+static_assert(strip_bytes_are_file_bytes<DType::q4_0> && strip_bytes_are_file_bytes<DType::q4_1> &&
+              strip_bytes_are_file_bytes<DType::q5_0> && strip_bytes_are_file_bytes<DType::q5_1> &&
+              strip_bytes_are_file_bytes<DType::q8_0> && strip_bytes_are_file_bytes<DType::q4_k> &&
+              strip_bytes_are_file_bytes<DType::q6_k>);
 
 // Calls body.template operator()<W>() for the int8-capable encoding `type` (tinfer::Error for
-// any other, listing these three).
+// any other, listing these).
 template <class Body>
 decltype(auto) dispatch_int8_weight_type(DType type, Body&& body) {
-    return dispatch<DType::q4_0, DType::q4_1, DType::q8_0>(
+    return dispatch<DType::q4_0, DType::q4_1, DType::q8_0, DType::q5_0, DType::q5_1, DType::q4_k,
+                    DType::q6_k>(
         type, std::forward<Body>(body), [](DType a, DType b) { return a == b; },
         "int8 strip weight dtype");
 }
@@ -103,6 +150,58 @@ inline std::size_t int8_strip_matrix_bytes(DType type, int rows, int cols) {
         type, [&]<DType W>() { return Int8StripFormat<W>::matrix_bytes(rows, cols); });
 }
 
+namespace detail {
+
+// Row r's share of one strip block `p` from its GGUF block.
+template <DType W>
+void repack_int8_block_row(quant::BlockOfT<W> const& block, std::byte* p, int r) {
+    using Format = Int8StripFormat<W>;
+    auto const put_registers = [&](std::size_t offset, std::uint8_t const* bytes, int registers,
+                                   std::uint8_t flip = 0) {
+        for (int k = 0; k < registers; ++k) {
+            std::byte* lane = p + offset + k * Format::register_bytes + r * Format::lane_bytes;
+            for (int i = 0; i < Format::lane_bytes; ++i)
+                lane[i] = std::byte(bytes[k * Format::lane_bytes + i] ^ flip);
+        }
+    };
+    auto const put_scale = [&](int array, std::uint16_t bits) {
+        std::memcpy(p + Format::scales_offset + array * Format::scale_array_bytes + 2 * r, &bits,
+                    2);
+    };
+    if constexpr (W == DType::q8_0) {
+        put_registers(0, reinterpret_cast<std::uint8_t const*>(block.qs), Format::registers, 0x80);
+    } else if constexpr (W == DType::q6_k) {
+        put_registers(0, block.ql, Format::registers);
+        put_registers(Format::high_offset, block.qh, Format::high_registers);
+        put_registers(Format::scale_register_offset,
+                      reinterpret_cast<std::uint8_t const*>(block.scales), Format::scale_registers);
+    } else {
+        put_registers(0, block.qs, Format::registers);
+    }
+    if constexpr (Format::high_bits) {
+        std::uint32_t const qh = quant::load_u32_le(block.qh);
+        std::uint8_t bytes[4] = {};
+        for (int i = 0; i < 4; ++i) {
+            for (int k = 0; k < 4; ++k) {
+                bytes[i] |= static_cast<std::uint8_t>(((qh >> (4 * k + i)) & 1u) << k);
+                bytes[i] |= static_cast<std::uint8_t>(((qh >> (16 + 4 * k + i)) & 1u) << (4 + k));
+            }
+        }
+        put_registers(Format::high_offset, bytes, 1);
+    }
+    if constexpr (W == DType::q4_k || W == DType::q5_k) {
+        if constexpr (W == DType::q5_k) put_registers(Format::high_offset, block.qh, 8);
+        put_registers(Format::scale_register_offset, block.scales, Format::scale_registers);
+        put_scale(0, block.d);
+        put_scale(1, block.dmin);
+    } else {
+        put_scale(0, block.d);
+        if constexpr (Format::stores_minimum) put_scale(1, block.m);
+    }
+}
+
+}  // namespace detail
+
 // Writes the strip layout of `w` (GGUF layout) to `out` (int8_strip_matrix_bytes bytes) and
 // returns the matrix viewing it.
 template <DType W>
@@ -111,27 +210,16 @@ WeightMatrix repack_int8_strips(WeightMatrix const& w, std::byte* out) {
     if (w.layout != WeightLayout::gguf) throw Error("int8 strips: the matrix is already repacked");
     using Format = Int8StripFormat<W>;
     using Block = quant::BlockOfT<W>;
-    int const blocks = w.cols / int8_block_elements;
+    int const blocks = w.cols / Format::block_elements;
     for (int strip = 0; strip < Format::strips(w.rows); ++strip) {
         std::byte* p = out + static_cast<std::size_t>(strip) * Format::strip_bytes(w.cols);
         for (int b = 0; b < blocks; ++b, p += Format::block_bytes) {
             std::memset(p, 0, Format::block_bytes);  // padding rows: zero quants and scales
-            std::byte* scales = p + Format::registers * Format::register_bytes;
             for (int r = 0; r < int8_strip_rows; ++r) {
                 int const row = strip * int8_strip_rows + r;
                 if (row >= w.rows) break;
                 Block const& block = reinterpret_cast<Block const*>(row_pointer<W>(w, row))[b];
-                for (int k = 0; k < Format::registers; ++k) {
-                    std::byte* lane = p + k * Format::register_bytes + r * Format::lane_bytes;
-                    for (int i = 0; i < Format::lane_bytes; ++i) {
-                        auto const byte =
-                            static_cast<std::uint8_t>(block.qs[k * Format::lane_bytes + i]);
-                        lane[i] = std::byte(Format::nibbles ? byte : byte ^ 0x80u);
-                    }
-                }
-                std::memcpy(scales + 2 * r, &block.d, 2);
-                if constexpr (Format::stores_minimum)
-                    std::memcpy(scales + Format::scale_array_bytes + 2 * r, &block.m, 2);
+                detail::repack_int8_block_row<W>(block, p, r);
             }
         }
     }
@@ -152,6 +240,48 @@ inline float strip_scale(std::byte const* scales, int r) {
     return f16_to_float_branchless(bits);
 }
 
+// Byte i of row r's lane in register k of the field at `field`.
+inline std::uint8_t strip_byte(std::byte const* field, int k, int r, int i) {
+    return static_cast<std::uint8_t>(field[k * 64 + r * 4 + i]);
+}
+
+// The sums of elements 0..15 and 16..31 of an activation block (Q6_K's offset terms).
+inline void sums_of_16_portable(std::int8_t const* xq, int (&sums)[2]) {
+    for (int h = 0; h < 2; ++h) {
+        sums[h] = 0;
+        for (int i = 0; i < 16; ++i) sums[h] += xq[16 * h + i];
+    }
+}
+
+#if defined(__AVX2__)
+// The same with psadbw on the bytes shifted to unsigned (each 8-byte sum then 1024 too high).
+inline void sums_of_16_sse(std::int8_t const* xq, int (&sums)[2]) {
+    __m128i const shift = _mm_set1_epi8(static_cast<char>(0x80));
+    for (int h = 0; h < 2; ++h) {
+        __m128i const v =
+            _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<__m128i const*>(xq + 16 * h)), shift);
+        __m128i const s = _mm_sad_epu8(v, _mm_setzero_si128());
+        sums[h] = _mm_cvtsi128_si32(s) + _mm_extract_epi16(s, 4) - 2048;
+    }
+}
+#endif
+
+// Sub-block j's 6-bit scale and minimum in every row's lane, from the three registers of the
+// GGUF's packed bytes (quant::scale_min_k4, lane-wise).
+template <class V, class Shift, class And, class Or, class Set>
+inline void scale_min_lanes(V const (&packed)[3], int j, V& scale, V& minimum, Shift shift,
+                            And and_, Or or_, Set set) {
+    if (j < 4) {
+        scale = and_(shift(packed[0], 8 * j), set(63));
+        minimum = and_(shift(packed[1], 8 * j), set(63));
+    } else {
+        int const q = 8 * (j - 4);
+        scale = or_(and_(shift(packed[2], q), set(0x0f)), and_(shift(packed[0], q + 2), set(0x30)));
+        minimum =
+            or_(and_(shift(packed[2], q + 4), set(0x0f)), and_(shift(packed[1], q + 2), set(0x30)));
+    }
+}
+
 // Portable: the vector version's float operations, lane by lane.
 template <DType W, int T>
 void int8_strip_tile_portable(std::byte const* strip, int cols, Int8Row const (&x)[T],
@@ -163,7 +293,7 @@ void int8_strip_tile_portable(std::byte const* strip, int cols, Int8Row const (&
     for (int b = 0; b < blocks; ++b) {
         std::byte const* p = strip + static_cast<std::size_t>(b) * Format::block_bytes;
         auto const* quants = reinterpret_cast<std::uint8_t const*>(p);
-        std::byte const* scales = p + Format::registers * Format::register_bytes;
+        std::byte const* scales = p + Format::scales_offset;
         for (int t = 0; t < T; ++t) {
             std::int8_t const* xq = x[t].q + b * int8_block_elements;
             for (int r = 0; r < R; ++r) {
@@ -172,8 +302,14 @@ void int8_strip_tile_portable(std::byte const* strip, int cols, Int8Row const (&
                     std::uint8_t const* bytes = quants + k * Format::register_bytes + r * lane;
                     for (int i = 0; i < lane; ++i) {
                         if constexpr (Format::nibbles) {
-                            sum += (bytes[i] & 0x0f) * xq[k * lane + i] +
-                                   (bytes[i] >> 4) * xq[16 + k * lane + i];
+                            int low = bytes[i] & 0x0f, high = bytes[i] >> 4;
+                            if constexpr (Format::high_bits) {
+                                std::uint8_t const fifth =
+                                    strip_byte(p + Format::high_offset, 0, r, i);
+                                low |= ((fifth >> k) & 1) << 4;
+                                high |= ((fifth >> (4 + k)) & 1) << 4;
+                            }
+                            sum += low * xq[k * lane + i] + high * xq[16 + k * lane + i];
                         } else {
                             sum += bytes[i] * xq[k * lane + i];
                         }
@@ -192,7 +328,124 @@ void int8_strip_tile_portable(std::byte const* strip, int cols, Int8Row const (&
         for (int r = 0; r < R; ++r) out[t][r] = acc[t][r];
 }
 
+// Q4_K / Q5_K, portable: sub-block j of a super-block is activation block 8 sb + j.
+template <DType W, int T>
+void int8_strip_tile_k_minimum_portable(std::byte const* strip, int cols, Int8Row const (&x)[T],
+                                        float (&out)[T][int8_strip_rows]) {
+    using Format = Int8StripFormat<W>;
+    constexpr int R = int8_strip_rows;
+    float acc[T][R] = {};
+    int const supers = cols / Format::block_elements;
+    for (int sb = 0; sb < supers; ++sb) {
+        std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
+        float d[R], dmin[R];
+        std::uint8_t packed[R][12];
+        for (int r = 0; r < R; ++r) {
+            d[r] = strip_scale(p + Format::scales_offset, r);
+            dmin[r] = strip_scale(p + Format::scales_offset + Format::scale_array_bytes, r);
+            for (int i = 0; i < 12; ++i)
+                packed[r][i] = strip_byte(p + Format::scale_register_offset, i / 4, r, i % 4);
+        }
+        for (int j = 0; j < 8; ++j) {
+            int const b = sb * 8 + j, pair = j / 2, shift = 4 * (j % 2);
+            for (int r = 0; r < R; ++r) {
+                quant::ScaleMin const sm = quant::scale_min_k4(j, packed[r]);
+                float const scale = d[r] * static_cast<float>(sm.scale);
+                float const minimum = dmin[r] * static_cast<float>(sm.min);
+                for (int t = 0; t < T; ++t) {
+                    std::int8_t const* xq = x[t].q + b * int8_block_elements;
+                    int sum = 0;
+                    for (int l = 0; l < 32; ++l) {
+                        int q = (strip_byte(p, 8 * pair + l / 4, r, l % 4) >> shift) & 0x0f;
+                        if constexpr (W == DType::q5_k)
+                            q |= ((strip_byte(p + Format::high_offset, l / 4, r, l % 4) >> j) & 1)
+                                 << 4;
+                        sum += q * xq[l];
+                    }
+                    acc[t][r] = std::fma(static_cast<float>(sum), scale * x[t].scale[b], acc[t][r]);
+                    acc[t][r] = std::fma(-minimum, x[t].sum[b], acc[t][r]);
+                }
+            }
+        }
+    }
+    for (int t = 0; t < T; ++t)
+        for (int r = 0; r < R; ++r) out[t][r] = acc[t][r];
+}
+
+// Q6_K, portable: activation block 8 sb + 4 h + m is elements 32 m .. 32 m + 31 of half h of
+// super-block sb (ql register 16 h + 8 (m % 2) + k, nibble m / 2; qh register 8 h + k, bits
+// 2m, 2m+1), its sub-blocks 8 h + 2 m and 8 h + 2 m + 1.
+template <int T>
+void int8_strip_tile_q6_k_portable(std::byte const* strip, int cols, Int8Row const (&x)[T],
+                                   float (&out)[T][int8_strip_rows]) {
+    using Format = Int8StripFormat<DType::q6_k>;
+    constexpr int R = int8_strip_rows;
+    float acc[T][R] = {};
+    int const supers = cols / Format::block_elements;
+    for (int sb = 0; sb < supers; ++sb) {
+        std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
+        for (int h = 0; h < 2; ++h) {
+            for (int m = 0; m < 4; ++m) {
+                int const b = sb * 8 + 4 * h + m;
+                for (int t = 0; t < T; ++t) {
+                    std::int8_t const* xq = x[t].q + b * int8_block_elements;
+                    int x_sums[2];
+                    sums_of_16_portable(xq, x_sums);
+                    for (int r = 0; r < R; ++r) {
+                        int total = 0;
+                        for (int s = 0; s < 2; ++s) {
+                            int sum = -32 * x_sums[s];
+                            for (int l = 16 * s; l < 16 * s + 16; ++l) {
+                                int const low =
+                                    (strip_byte(p, 16 * h + 8 * (m % 2) + l / 4, r, l % 4) >>
+                                     (4 * (m / 2))) &
+                                    0x0f;
+                                int const high =
+                                    (strip_byte(p + Format::high_offset, 8 * h + l / 4, r, l % 4) >>
+                                     (2 * m)) &
+                                    3;
+                                sum += (low | high << 4) * xq[l];
+                            }
+                            int const sub = 8 * h + 2 * m + s;
+                            auto const c = static_cast<std::int8_t>(
+                                strip_byte(p + Format::scale_register_offset, sub / 4, r, sub % 4));
+                            total += c * sum;
+                        }
+                        float const d = strip_scale(p + Format::scales_offset, r);
+                        acc[t][r] =
+                            std::fma(static_cast<float>(total), d * x[t].scale[b], acc[t][r]);
+                    }
+                }
+            }
+        }
+    }
+    for (int t = 0; t < T; ++t)
+        for (int r = 0; r < R; ++r) out[t][r] = acc[t][r];
+}
+
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+
+inline __m512i shift_left_16(__m512i v, int n) {
+    return _mm512_sll_epi16(v, _mm_cvtsi32_si128(n));
+}
+inline __m512i shift_right_16(__m512i v, int n) {
+    return _mm512_srl_epi16(v, _mm_cvtsi32_si128(n));
+}
+inline __m512i shift_right_32(__m512i v, int n) {
+    return _mm512_srl_epi32(v, _mm_cvtsi32_si128(n));
+}
+inline __m512i load_512(std::byte const* p) {
+    return _mm512_loadu_si512(p);
+}
+inline __m512 load_halves_512(std::byte const* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<__m256i const*>(p)));
+}
+// Activation bytes i .. i+3 in every lane.
+inline __m512i four_512(std::int8_t const* xq) {
+    std::int32_t v;
+    std::memcpy(&v, xq, 4);
+    return _mm512_set1_epi32(v);
+}
 
 template <DType W, int T>
 void int8_strip_tile_avx512(std::byte const* strip, int cols, Int8Row const (&x)[T],
@@ -202,42 +455,44 @@ void int8_strip_tile_avx512(std::byte const* strip, int cols, Int8Row const (&x)
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     __m512i const nibble = _mm512_set1_epi8(0x0f);
+    __m512i const fifth = _mm512_set1_epi8(0x10);
     int const blocks = cols / int8_block_elements;
     for (int b = 0; b < blocks; ++b) {
         std::byte const* p = strip + static_cast<std::size_t>(b) * Format::block_bytes;
-        // Q4: low[k] pairs with elements 4k.., high[k] with 16 + 4k..; Q8: low[k] with 4k...
+        // Q4/Q5: low[k] pairs with elements 4k.., high[k] with 16 + 4k..; Q8: low[k] with 4k...
         __m512i low[K], high[Format::nibbles ? K : 1];
         for (int k = 0; k < K; ++k) {
-            __m512i const bytes = _mm512_loadu_si512(p + k * Format::register_bytes);
+            __m512i const bytes = load_512(p + k * Format::register_bytes);
             if constexpr (Format::nibbles) {
                 low[k] = _mm512_and_si512(bytes, nibble);
                 high[k] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble);
+                if constexpr (Format::high_bits) {
+                    __m512i const qh = load_512(p + Format::high_offset);
+                    low[k] =
+                        _mm512_or_si512(low[k], _mm512_and_si512(shift_left_16(qh, 4 - k), fifth));
+                    high[k] =
+                        _mm512_or_si512(high[k], _mm512_and_si512(shift_right_16(qh, k), fifth));
+                }
             } else {
                 low[k] = bytes;
             }
         }
-        std::byte const* scales = p + K * Format::register_bytes;
-        __m512 const d =
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<__m256i const*>(scales)));
+        std::byte const* scales = p + Format::scales_offset;
+        __m512 const d = load_halves_512(scales);
         __m512 m;
         if constexpr (Format::stores_minimum) {
-            m = _mm512_cvtph_ps(_mm256_loadu_si256(
-                reinterpret_cast<__m256i const*>(scales + Format::scale_array_bytes)));
+            m = load_halves_512(scales + Format::scale_array_bytes);
         } else {
             m = _mm512_mul_ps(d, _mm512_set1_ps(Format::offset_factor));
         }
         for (int t = 0; t < T; ++t) {
             std::int8_t const* xq = x[t].q + b * int8_block_elements;
-            auto const four = [&](int i) {  // activation bytes i .. i+3 in every lane
-                std::int32_t v;
-                std::memcpy(&v, xq + i, 4);
-                return _mm512_set1_epi32(v);
-            };
             __m512i sums = _mm512_setzero_si512();
             for (int k = 0; k < K; ++k) {
-                sums = _mm512_dpbusd_epi32(sums, low[k], four(Format::lane_bytes * k));
+                sums = _mm512_dpbusd_epi32(sums, low[k], four_512(xq + Format::lane_bytes * k));
                 if constexpr (Format::nibbles)
-                    sums = _mm512_dpbusd_epi32(sums, high[k], four(16 + Format::lane_bytes * k));
+                    sums = _mm512_dpbusd_epi32(sums, high[k],
+                                               four_512(xq + 16 + Format::lane_bytes * k));
             }
             __m512 const scale = _mm512_mul_ps(d, _mm512_set1_ps(x[t].scale[b]));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, acc[t]);
@@ -247,16 +502,150 @@ void int8_strip_tile_avx512(std::byte const* strip, int cols, Int8Row const (&x)
     for (int t = 0; t < T; ++t) _mm512_storeu_ps(out[t], acc[t]);
 }
 
+template <DType W, int T>
+void int8_strip_tile_k_minimum_avx512(std::byte const* strip, int cols, Int8Row const (&x)[T],
+                                      float (&out)[T][int8_strip_rows]) {
+    using Format = Int8StripFormat<W>;
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    __m512i const nibble = _mm512_set1_epi8(0x0f);
+    __m512i const fifth = _mm512_set1_epi8(0x10);
+    int const supers = cols / Format::block_elements;
+    for (int sb = 0; sb < supers; ++sb) {
+        std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
+        __m512 const d = load_halves_512(p + Format::scales_offset);
+        __m512 const dmin = load_halves_512(p + Format::scales_offset + Format::scale_array_bytes);
+        __m512i const packed[3] = {load_512(p + Format::scale_register_offset),
+                                   load_512(p + Format::scale_register_offset + 64),
+                                   load_512(p + Format::scale_register_offset + 128)};
+        for (int pair = 0; pair < 4; ++pair) {
+            __m512i q[2][8];  // sub-blocks 2 pair (low nibbles) and 2 pair + 1 (high)
+            for (int k = 0; k < 8; ++k) {
+                __m512i const bytes = load_512(p + (8 * pair + k) * Format::register_bytes);
+                q[0][k] = _mm512_and_si512(bytes, nibble);
+                q[1][k] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble);
+                if constexpr (W == DType::q5_k) {
+                    __m512i const qh = shift_right_16(
+                        load_512(p + Format::high_offset + k * Format::register_bytes), 2 * pair);
+                    q[0][k] =
+                        _mm512_or_si512(q[0][k], _mm512_and_si512(_mm512_slli_epi16(qh, 4), fifth));
+                    q[1][k] =
+                        _mm512_or_si512(q[1][k], _mm512_and_si512(_mm512_slli_epi16(qh, 3), fifth));
+                }
+            }
+            for (int half = 0; half < 2; ++half) {
+                int const j = 2 * pair + half, b = sb * 8 + j;
+                __m512i scale_bits, min_bits;
+                scale_min_lanes(
+                    packed, j, scale_bits, min_bits,
+                    [](__m512i v, int n) { return shift_right_32(v, n); },
+                    [](__m512i a, __m512i c) { return _mm512_and_si512(a, c); },
+                    [](__m512i a, __m512i c) { return _mm512_or_si512(a, c); },
+                    [](int v) { return _mm512_set1_epi32(v); });
+                __m512 const scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(scale_bits));
+                __m512 const minimum = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(min_bits));
+                for (int t = 0; t < T; ++t) {
+                    std::int8_t const* xq = x[t].q + b * int8_block_elements;
+                    __m512i sums = _mm512_setzero_si512();
+                    for (int k = 0; k < 8; ++k)
+                        sums = _mm512_dpbusd_epi32(sums, q[half][k], four_512(xq + 4 * k));
+                    __m512 const s = _mm512_mul_ps(scale, _mm512_set1_ps(x[t].scale[b]));
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), s, acc[t]);
+                    acc[t] = _mm512_fnmadd_ps(minimum, _mm512_set1_ps(x[t].sum[b]), acc[t]);
+                }
+            }
+        }
+    }
+    for (int t = 0; t < T; ++t) _mm512_storeu_ps(out[t], acc[t]);
+}
+
+template <int T>
+void int8_strip_tile_q6_k_avx512(std::byte const* strip, int cols, Int8Row const (&x)[T],
+                                 float (&out)[T][int8_strip_rows]) {
+    using Format = Int8StripFormat<DType::q6_k>;
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    __m512i const nibble = _mm512_set1_epi8(0x0f);
+    __m512i const top = _mm512_set1_epi8(0x30);
+    int const supers = cols / Format::block_elements;
+    for (int sb = 0; sb < supers; ++sb) {
+        std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
+        __m512 const d = load_halves_512(p + Format::scales_offset);
+        for (int h = 0; h < 2; ++h) {
+            for (int m = 0; m < 4; ++m) {
+                int const b = sb * 8 + 4 * h + m;
+                __m512i q[8];
+                for (int k = 0; k < 8; ++k) {
+                    __m512i const bytes =
+                        load_512(p + (16 * h + 8 * (m % 2) + k) * Format::register_bytes);
+                    __m512i const qh = shift_right_16(
+                        load_512(p + Format::high_offset + (8 * h + k) * Format::register_bytes),
+                        2 * m);
+                    q[k] = _mm512_or_si512(
+                        _mm512_and_si512(m < 2 ? bytes : _mm512_srli_epi16(bytes, 4), nibble),
+                        _mm512_and_si512(_mm512_slli_epi16(qh, 4), top));
+                }
+                __m512i c[2];  // the two sub-blocks' int8 scales, sign-extended
+                for (int s = 0; s < 2; ++s) {
+                    int const sub = 8 * h + 2 * m + s;
+                    __m512i const packed = load_512(p + Format::scale_register_offset +
+                                                    (sub / 4) * Format::register_bytes);
+                    c[s] = _mm512_srai_epi32(
+                        _mm512_sll_epi32(packed, _mm_cvtsi32_si128(24 - 8 * (sub % 4))), 24);
+                }
+                for (int t = 0; t < T; ++t) {
+                    std::int8_t const* xq = x[t].q + b * int8_block_elements;
+                    int x_sums[2];
+                    sums_of_16_sse(xq, x_sums);
+                    __m512i total = _mm512_setzero_si512();
+                    for (int s = 0; s < 2; ++s) {
+                        __m512i sum = _mm512_set1_epi32(-32 * x_sums[s]);
+                        for (int k = 4 * s; k < 4 * s + 4; ++k)
+                            sum = _mm512_dpbusd_epi32(sum, q[k], four_512(xq + 4 * k));
+                        total = _mm512_add_epi32(total, _mm512_mullo_epi32(sum, c[s]));
+                    }
+                    __m512 const scale = _mm512_mul_ps(d, _mm512_set1_ps(x[t].scale[b]));
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), scale, acc[t]);
+                }
+            }
+        }
+    }
+    for (int t = 0; t < T; ++t) _mm512_storeu_ps(out[t], acc[t]);
+}
+
 #endif
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
+inline __m256i shift_left_16(__m256i v, int n) {
+    return _mm256_sll_epi16(v, _mm_cvtsi32_si128(n));
+}
+inline __m256i shift_right_16(__m256i v, int n) {
+    return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n));
+}
+inline __m256i shift_right_32(__m256i v, int n) {
+    return _mm256_srl_epi32(v, _mm_cvtsi32_si128(n));
+}
+inline __m256i load_256(std::byte const* p) {
+    return _mm256_loadu_si256(reinterpret_cast<__m256i const*>(p));
+}
+inline __m256 load_halves_256(std::byte const* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<__m128i const*>(p)));
+}
+inline __m256i four_256(std::int8_t const* xq) {
+    std::int32_t v;
+    std::memcpy(&v, xq, 4);
+    return _mm256_set1_epi32(v);
+}
+
 // AVX2 without VNNI (most x86 laptops): a 256-bit register holds 8 rows, so a strip is two
 // halves with the AVX-512 lane order in each. Byte products go through vpmaddubsw, whose 16-bit
-// sums saturate: nibble products are added there (8 pairs of at most 15 * 127 each: 30480, in
-// range), Q8_0's signed weights go through the sign trick (|w| times x with w's sign, at most
-// 2 * 128 * 127 per 16-bit lane) and are widened at once, and the +128 shift's 128 sum(x) is
-// added as an integer, so the int32 sums are exactly the VNNI ones.
+// sums saturate, so they are widened to int32 before they can leave its range: with
+// activations in -127..127 a vpmaddubsw lane is at most 2 * 127 q_max, and up to 8 of them
+// (4-bit weights: 30480), 4 (5-bit: 31496) or 2 (6-bit: 32004) are added in 16 bits. Q8_0's
+// signed weights go through the sign trick (|w| times x with w's sign, at most 2 * 128 * 127
+// per 16-bit lane) and are widened at once, and the +128 shift's 128 sum(x) is added as an
+// integer, so the int32 sums are exactly the VNNI ones.
 template <DType W, int T>
 void int8_strip_tile_avx2(std::byte const* strip, int cols, Int8Row const (&x)[T],
                           float (&out)[T][int8_strip_rows]) {
@@ -267,11 +656,12 @@ void int8_strip_tile_avx2(std::byte const* strip, int cols, Int8Row const (&x)[T
         for (int h = 0; h < halves; ++h) acc[t][h] = _mm256_setzero_ps();
     __m256i const ones = _mm256_set1_epi16(1);
     __m256i const nibble = _mm256_set1_epi8(0x0f);
+    __m256i const fifth = _mm256_set1_epi8(0x10);
     __m256i const shift = _mm256_set1_epi8(static_cast<char>(0x80));
     int const blocks = cols / int8_block_elements;
     for (int b = 0; b < blocks; ++b) {
         std::byte const* p = strip + static_cast<std::size_t>(b) * Format::block_bytes;
-        std::byte const* scales = p + K * Format::register_bytes;
+        std::byte const* scales = p + Format::scales_offset;
         // Q8_0's shift term 128 sum(x) per token, the same for both halves.
         int shift_terms[T] = {};
         if constexpr (!Format::nibbles) {
@@ -281,45 +671,46 @@ void int8_strip_tile_avx2(std::byte const* strip, int cols, Int8Row const (&x)[T
             }
         }
         for (int h = 0; h < halves; ++h) {
-            __m256 const d =
-                _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<__m128i const*>(scales + 16 * h)));
+            __m256 const d = load_halves_256(scales + 16 * h);
             __m256 m;
             if constexpr (Format::stores_minimum) {
-                m = _mm256_cvtph_ps(_mm_loadu_si128(
-                    reinterpret_cast<__m128i const*>(scales + Format::scale_array_bytes + 16 * h)));
+                m = load_halves_256(scales + Format::scale_array_bytes + 16 * h);
             } else {
                 m = _mm256_mul_ps(d, _mm256_set1_ps(Format::offset_factor));
             }
             for (int t = 0; t < T; ++t) {
                 std::int8_t const* xq = x[t].q + b * int8_block_elements;
-                auto const four = [&](int i) {
-                    std::int32_t v;
-                    std::memcpy(&v, xq + i, 4);
-                    return _mm256_set1_epi32(v);
-                };
                 __m256i sums;
                 if constexpr (Format::nibbles) {
-                    __m256i pairs = _mm256_setzero_si256();
+                    __m256i pairs_low = _mm256_setzero_si256(), pairs_high = pairs_low;
                     for (int k = 0; k < K; ++k) {
-                        __m256i const bytes = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(
-                            p + k * Format::register_bytes + 32 * h));
-                        pairs = _mm256_add_epi16(
-                            pairs,
-                            _mm256_maddubs_epi16(_mm256_and_si256(bytes, nibble), four(4 * k)));
-                        pairs = _mm256_add_epi16(
-                            pairs, _mm256_maddubs_epi16(
-                                       _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble),
-                                       four(16 + 4 * k)));
+                        __m256i const bytes = load_256(p + k * Format::register_bytes + 32 * h);
+                        __m256i low = _mm256_and_si256(bytes, nibble);
+                        __m256i high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+                        if constexpr (Format::high_bits) {
+                            __m256i const qh = load_256(p + Format::high_offset + 32 * h);
+                            low = _mm256_or_si256(
+                                low, _mm256_and_si256(shift_left_16(qh, 4 - k), fifth));
+                            high = _mm256_or_si256(high,
+                                                   _mm256_and_si256(shift_right_16(qh, k), fifth));
+                        }
+                        pairs_low = _mm256_add_epi16(
+                            pairs_low, _mm256_maddubs_epi16(low, four_256(xq + 4 * k)));
+                        pairs_high = _mm256_add_epi16(
+                            pairs_high, _mm256_maddubs_epi16(high, four_256(xq + 16 + 4 * k)));
                     }
-                    sums = _mm256_madd_epi16(pairs, ones);
+                    if constexpr (Format::high_bits) {  // 4 terms each: widen separately
+                        sums = _mm256_add_epi32(_mm256_madd_epi16(pairs_low, ones),
+                                                _mm256_madd_epi16(pairs_high, ones));
+                    } else {
+                        sums = _mm256_madd_epi16(_mm256_add_epi16(pairs_low, pairs_high), ones);
+                    }
                 } else {
                     sums = _mm256_setzero_si256();
                     for (int k = 0; k < K; ++k) {
                         __m256i const w = _mm256_xor_si256(  // signed q
-                            _mm256_loadu_si256(reinterpret_cast<__m256i const*>(
-                                p + k * Format::register_bytes + 32 * h)),
-                            shift);
-                        __m256i const xs = four(4 * k);
+                            load_256(p + k * Format::register_bytes + 32 * h), shift);
+                        __m256i const xs = four_256(xq + 4 * k);
                         sums = _mm256_add_epi32(
                             sums, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w),
                                                                          _mm256_sign_epi8(xs, w)),
@@ -337,6 +728,143 @@ void int8_strip_tile_avx2(std::byte const* strip, int cols, Int8Row const (&x)[T
         for (int h = 0; h < halves; ++h) _mm256_storeu_ps(out[t] + 8 * h, acc[t][h]);
 }
 
+template <DType W, int T>
+void int8_strip_tile_k_minimum_avx2(std::byte const* strip, int cols, Int8Row const (&x)[T],
+                                    float (&out)[T][int8_strip_rows]) {
+    using Format = Int8StripFormat<W>;
+    constexpr int halves = 2;
+    __m256 acc[T][halves];
+    for (int t = 0; t < T; ++t)
+        for (int h = 0; h < halves; ++h) acc[t][h] = _mm256_setzero_ps();
+    __m256i const ones = _mm256_set1_epi16(1);
+    __m256i const nibble = _mm256_set1_epi8(0x0f);
+    __m256i const fifth = _mm256_set1_epi8(0x10);
+    int const supers = cols / Format::block_elements;
+    for (int sb = 0; sb < supers; ++sb) {
+        std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
+        for (int h = 0; h < halves; ++h) {
+            __m256 const d = load_halves_256(p + Format::scales_offset + 16 * h);
+            __m256 const dmin =
+                load_halves_256(p + Format::scales_offset + Format::scale_array_bytes + 16 * h);
+            __m256i const packed[3] = {load_256(p + Format::scale_register_offset + 32 * h),
+                                       load_256(p + Format::scale_register_offset + 64 + 32 * h),
+                                       load_256(p + Format::scale_register_offset + 128 + 32 * h)};
+            for (int j = 0; j < 8; ++j) {
+                int const b = sb * 8 + j, pair = j / 2, nibble_shift = 4 * (j % 2);
+                __m256i scale_bits, min_bits;
+                scale_min_lanes(
+                    packed, j, scale_bits, min_bits,
+                    [](__m256i v, int n) { return shift_right_32(v, n); },
+                    [](__m256i a, __m256i c) { return _mm256_and_si256(a, c); },
+                    [](__m256i a, __m256i c) { return _mm256_or_si256(a, c); },
+                    [](int v) { return _mm256_set1_epi32(v); });
+                __m256 const scale = _mm256_mul_ps(d, _mm256_cvtepi32_ps(scale_bits));
+                __m256 const minimum = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(min_bits));
+                for (int t = 0; t < T; ++t) {
+                    std::int8_t const* xq = x[t].q + b * int8_block_elements;
+                    __m256i sums = _mm256_setzero_si256();
+                    __m256i pairs = _mm256_setzero_si256();
+                    for (int k = 0; k < 8; ++k) {
+                        __m256i q = _mm256_and_si256(
+                            shift_right_16(
+                                load_256(p + (8 * pair + k) * Format::register_bytes + 32 * h),
+                                nibble_shift),
+                            nibble);
+                        if constexpr (W == DType::q5_k) {
+                            __m256i const qh =
+                                shift_right_16(load_256(p + Format::high_offset +
+                                                        k * Format::register_bytes + 32 * h),
+                                               j);
+                            q = _mm256_or_si256(q,
+                                                _mm256_and_si256(_mm256_slli_epi16(qh, 4), fifth));
+                        }
+                        pairs =
+                            _mm256_add_epi16(pairs, _mm256_maddubs_epi16(q, four_256(xq + 4 * k)));
+                        // 5-bit weights: widen every 4 terms; 4-bit: after all 8.
+                        if (W == DType::q5_k ? k % 4 == 3 : k == 7) {
+                            sums = _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, ones));
+                            pairs = _mm256_setzero_si256();
+                        }
+                    }
+                    __m256 const s = _mm256_mul_ps(scale, _mm256_set1_ps(x[t].scale[b]));
+                    acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), s, acc[t][h]);
+                    acc[t][h] = _mm256_fnmadd_ps(minimum, _mm256_set1_ps(x[t].sum[b]), acc[t][h]);
+                }
+            }
+        }
+    }
+    for (int t = 0; t < T; ++t)
+        for (int h = 0; h < halves; ++h) _mm256_storeu_ps(out[t] + 8 * h, acc[t][h]);
+}
+
+template <int T>
+void int8_strip_tile_q6_k_avx2(std::byte const* strip, int cols, Int8Row const (&x)[T],
+                               float (&out)[T][int8_strip_rows]) {
+    using Format = Int8StripFormat<DType::q6_k>;
+    constexpr int halves = 2;
+    __m256 acc[T][halves];
+    for (int t = 0; t < T; ++t)
+        for (int h = 0; h < halves; ++h) acc[t][h] = _mm256_setzero_ps();
+    __m256i const ones = _mm256_set1_epi16(1);
+    __m256i const nibble = _mm256_set1_epi8(0x0f);
+    __m256i const top = _mm256_set1_epi8(0x30);
+    int const supers = cols / Format::block_elements;
+    for (int sb = 0; sb < supers; ++sb) {
+        std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
+        for (int g = 0; g < 2; ++g) {  // g: the super-block's half of 128 elements
+            for (int m = 0; m < 4; ++m) {
+                int const b = sb * 8 + 4 * g + m;
+                int x_sums[T][2];
+                for (int t = 0; t < T; ++t)
+                    sums_of_16_sse(x[t].q + b * int8_block_elements, x_sums[t]);
+                for (int h = 0; h < halves; ++h) {  // h: rows 8h .. 8h+7
+                    __m256 const d = load_halves_256(p + Format::scales_offset + 16 * h);
+                    __m256i c[2];
+                    for (int s = 0; s < 2; ++s) {
+                        int const sub = 8 * g + 2 * m + s;
+                        __m256i const packed =
+                            load_256(p + Format::scale_register_offset +
+                                     (sub / 4) * Format::register_bytes + 32 * h);
+                        c[s] = _mm256_srai_epi32(
+                            _mm256_sll_epi32(packed, _mm_cvtsi32_si128(24 - 8 * (sub % 4))), 24);
+                    }
+                    for (int t = 0; t < T; ++t) {
+                        std::int8_t const* xq = x[t].q + b * int8_block_elements;
+                        __m256i total = _mm256_setzero_si256();
+                        for (int s = 0; s < 2; ++s) {
+                            __m256i sum = _mm256_set1_epi32(-32 * x_sums[t][s]);
+                            for (int k = 4 * s; k < 4 * s + 4; k += 2) {  // 2 terms in 16 bits
+                                __m256i pairs = _mm256_setzero_si256();
+                                for (int i = k; i < k + 2; ++i) {
+                                    __m256i const bytes = load_256(
+                                        p + (16 * g + 8 * (m % 2) + i) * Format::register_bytes +
+                                        32 * h);
+                                    __m256i const qh = shift_right_16(
+                                        load_256(p + Format::high_offset +
+                                                 (8 * g + i) * Format::register_bytes + 32 * h),
+                                        2 * m);
+                                    __m256i const q = _mm256_or_si256(
+                                        _mm256_and_si256(shift_right_16(bytes, 4 * (m / 2)),
+                                                         nibble),
+                                        _mm256_and_si256(_mm256_slli_epi16(qh, 4), top));
+                                    pairs = _mm256_add_epi16(
+                                        pairs, _mm256_maddubs_epi16(q, four_256(xq + 4 * i)));
+                                }
+                                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, ones));
+                            }
+                            total = _mm256_add_epi32(total, _mm256_mullo_epi32(sum, c[s]));
+                        }
+                        __m256 const scale = _mm256_mul_ps(d, _mm256_set1_ps(x[t].scale[b]));
+                        acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), scale, acc[t][h]);
+                    }
+                }
+            }
+        }
+    }
+    for (int t = 0; t < T; ++t)
+        for (int h = 0; h < halves; ++h) _mm256_storeu_ps(out[t] + 8 * h, acc[t][h]);
+}
+
 #endif
 
 }  // namespace detail
@@ -345,20 +873,40 @@ void int8_strip_tile_avx2(std::byte const* strip, int cols, Int8Row const (&x)[T
 template <DType W, int T, Isa isa = Isa::native>
 inline void int8_strip_tile(std::byte const* strip, int cols, Int8Row const (&x)[T],
                             float (&out)[T][int8_strip_rows]) {
-    static_assert(has_int8_dot(W), "int8_strip_tile: weights must be Q4_0, Q4_1 or Q8_0");
+    static_assert(has_int8_dot(W),
+                  "int8_strip_tile: weights must be Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K or Q6_K");
+    constexpr bool k_minimum = W == DType::q4_k || W == DType::q5_k;
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
     if constexpr (isa == Isa::native) {
-        detail::int8_strip_tile_avx512<W, T>(strip, cols, x, out);
+        if constexpr (k_minimum) {
+            detail::int8_strip_tile_k_minimum_avx512<W, T>(strip, cols, x, out);
+        } else if constexpr (W == DType::q6_k) {
+            detail::int8_strip_tile_q6_k_avx512<T>(strip, cols, x, out);
+        } else {
+            detail::int8_strip_tile_avx512<W, T>(strip, cols, x, out);
+        }
         return;
     }
 #endif
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
     if constexpr (isa == Isa::native || isa == Isa::avx2) {
-        detail::int8_strip_tile_avx2<W, T>(strip, cols, x, out);
+        if constexpr (k_minimum) {
+            detail::int8_strip_tile_k_minimum_avx2<W, T>(strip, cols, x, out);
+        } else if constexpr (W == DType::q6_k) {
+            detail::int8_strip_tile_q6_k_avx2<T>(strip, cols, x, out);
+        } else {
+            detail::int8_strip_tile_avx2<W, T>(strip, cols, x, out);
+        }
         return;
     }
 #endif
-    detail::int8_strip_tile_portable<W, T>(strip, cols, x, out);
+    if constexpr (k_minimum) {
+        detail::int8_strip_tile_k_minimum_portable<W, T>(strip, cols, x, out);
+    } else if constexpr (W == DType::q6_k) {
+        detail::int8_strip_tile_q6_k_portable<T>(strip, cols, x, out);
+    } else {
+        detail::int8_strip_tile_portable<W, T>(strip, cols, x, out);
+    }
 }
 
 }  // namespace tinfer::kernels

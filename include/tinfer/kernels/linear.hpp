@@ -234,7 +234,8 @@ void linear_team(WeightMatrix const& w, FloatRows x, int tokens, float* y, std::
 template <DType W, Isa isa = Isa::native>
 void linear_team(WeightMatrix const& w, Int8Rows x, int tokens, float* y, std::size_t y_stride,
                  Store store, float* /*buffer*/ = nullptr) {
-    static_assert(has_int8_dot(W), "linear_team: int8 activations need Q4_0, Q4_1 or Q8_0 weights");
+    static_assert(has_int8_dot(W),
+                  "linear_team: int8 activations need weights with an int8 dot (has_int8_dot)");
     detail::share_int8_strips(w.rows, tokens, x.stride, [&](int strip, int first, int last) {
         int const first_row = strip * int8_strip_rows;
         int const rows = detail::strip_rows(w.rows, strip);
@@ -278,8 +279,9 @@ void gated_linear_team(WeightMatrix const& gate, WeightMatrix const& up, FloatRo
 template <DType W, Isa isa = Isa::native, GateActivation Activation = SiluGate>
 void gated_linear_team(WeightMatrix const& gate, WeightMatrix const& up, Int8Rows x, int tokens,
                        float* out, std::size_t out_stride, float* /*buffer*/ = nullptr) {
-    static_assert(has_int8_dot(W),
-                  "gated_linear_team: int8 activations need Q4_0, Q4_1 or Q8_0 weights");
+    static_assert(
+        has_int8_dot(W),
+        "gated_linear_team: int8 activations need weights with an int8 dot (has_int8_dot)");
     std::size_t const strip_bytes = Int8StripFormat<W>::strip_bytes(up.cols);
     detail::share_int8_strips(gate.rows, tokens, x.stride, [&](int strip, int first, int last) {
         int const first_row = strip * int8_strip_rows;
@@ -340,7 +342,7 @@ void linear(WeightMatrix const& w, float const* x, int tokens, float* y, int thr
 // W: repacked into int8 strips (repack_int8_strips).
 template <DType W, Isa isa = Isa::native>
 void linear_int8(WeightMatrix const& w, Int8Rows x, int tokens, float* y, int threads = 1) {
-    static_assert(has_int8_dot(W), "linear_int8: weights must be Q4_0, Q4_1 or Q8_0");
+    static_assert(has_int8_dot(W), "linear_int8: weights need an int8 dot (has_int8_dot)");
     detail::check_int8_strips<W>(w);
 #pragma omp parallel num_threads(threads)
     linear_team<W, isa>(w, x, tokens, y, static_cast<std::size_t>(w.rows), Store::assign, nullptr);

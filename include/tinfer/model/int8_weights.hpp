@@ -1,7 +1,8 @@
 #pragma once
 // The model's weights in the layout the int8-activation kernels read (kernels/int8_dot.hpp):
-// every Q4_0 / Q4_1 / Q8_0 matrix of the layers and the output projection repacked once into
-// 16-row strips, in one 64-byte aligned allocation of about the file's size. Built the first
+// every matrix of the layers and the output projection whose own type has an int8 dot product
+// (kernels::has_int8_dot, decided per matrix from WeightMatrix::type) repacked once into 16-row
+// strips, in one 64-byte aligned allocation of about the file's size. Built the first
 // time a forward pass runs with precision::Int8Activations (about 0.1 s for SmolLM2-135M); a
 // model only ever run in float32 keeps viewing the file alone.
 //
