@@ -1,6 +1,6 @@
 // Int8 activations: the quantizer against its definition, and the integer linear kernels on
 // weights repacked into int8 strips, for every weight type with an int8 dot (Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0, Q4_K, Q6_K; the AVX-512 VNNI path where the build has it, AVX2 where it has
+// Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; the AVX-512 VNNI path where the build has it, AVX2 where it has
 // that, and the portable path always) against a float64 product of the decoded weights and the
 // dequantized activations; the paths bitwise equal; batch invariance; the fused gated and
 // accumulating epilogues against the separate operations.
@@ -262,6 +262,7 @@ BOOST_AUTO_TEST_CASE(reference_decoding_agrees_with_the_library) {
     check.template operator()<DType::q5_0>();
     check.template operator()<DType::q5_1>();
     check.template operator()<DType::q4_k>();
+    check.template operator()<DType::q5_k>();
     check.template operator()<DType::q6_k>();
 }
 
@@ -289,6 +290,10 @@ BOOST_AUTO_TEST_CASE(q4_k_matches_reference) {
     check_shapes<DType::q4_k, Isa::native>(2300);
     check_shapes<DType::q4_k, Isa::portable>(2350);
 }
+BOOST_AUTO_TEST_CASE(q5_k_matches_reference) {
+    check_shapes<DType::q5_k, Isa::native>(2500);
+    check_shapes<DType::q5_k, Isa::portable>(2550);
+}
 BOOST_AUTO_TEST_CASE(q6_k_matches_reference) {
     check_shapes<DType::q6_k, Isa::native>(2400);
     check_shapes<DType::q6_k, Isa::portable>(2450);
@@ -300,6 +305,7 @@ BOOST_AUTO_TEST_CASE(avx2_matches_reference) {
     check_shapes<DType::q5_0, Isa::avx2>(2160);
     check_shapes<DType::q5_1, Isa::avx2>(2260);
     check_shapes<DType::q4_k, Isa::avx2>(2360);
+    check_shapes<DType::q5_k, Isa::avx2>(2560);
     check_shapes<DType::q6_k, Isa::avx2>(2460);
 }
 
@@ -316,6 +322,7 @@ BOOST_AUTO_TEST_CASE(portable_is_bitwise_native) {
     for (auto const& [rows, cols, tokens] :
          {std::tuple{160, 1024, 5}, {37, 256, 9}, {6, 512, 1}, {19, 768, 7}}) {
         check_portable_equals_native<DType::q4_k>(2800 + rows, rows, cols, tokens);
+        check_portable_equals_native<DType::q5_k>(3000 + rows, rows, cols, tokens);
         check_portable_equals_native<DType::q6_k>(2900 + rows, rows, cols, tokens);
     }
 }
@@ -347,6 +354,7 @@ BOOST_AUTO_TEST_CASE(batch_invariant_bitwise) {
     check_batch_invariance<DType::q6_k, Isa::native>(1407, 37, 512);
     check_batch_invariance<DType::q4_k, Isa::portable>(1408, 21, 256);
     check_batch_invariance<DType::q6_k, Isa::avx2>(1409, 21, 256);
+    check_batch_invariance<DType::q5_k, Isa::native>(1410, 37, 768);
 }
 
 // The fused epilogues are the separate operations, bitwise: gated = swiglu of two products,

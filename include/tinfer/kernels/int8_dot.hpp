@@ -40,8 +40,8 @@
 //               bit of element 4k+i of sub-block j), d, dmin
 //   Q6_K        ql (32), qh (16), scales (4 registers of int8), d
 // Every block is exactly its 16 rows' GGUF bytes (decode is memory bound: Q5_0 stays 5.5 bits
-// per weight, Q4_K 4.5, Q6_K 6.5625). vpdpbusd of a quants register with 4 activation bytes
-// broadcast to every lane adds 4 products to each row's lane, so a block's 16 row sums come
+// per weight, Q4_K 4.5, Q5_K 5.5, Q6_K 6.5625). vpdpbusd of a quants register with 4 activation
+// bytes broadcast to every lane adds 4 products to each row's lane, so a block's 16 row sums come
 // out in the lanes its scales were loaded into: no shuffles, no horizontal sums, and each
 // activation value is loaded once per 16 rows. Why not the GGUF layout: its row-by-row blocks
 // need byte gathers and scale permutes before any product, which made decode compute bound.
@@ -72,7 +72,7 @@ namespace tinfer::kernels {
 // Weight encodings with an integer dot product against int8 activations.
 constexpr bool has_int8_dot(DType t) {
     return t == DType::q4_0 || t == DType::q4_1 || t == DType::q5_0 || t == DType::q5_1 ||
-           t == DType::q8_0 || t == DType::q4_k || t == DType::q6_k;
+           t == DType::q8_0 || t == DType::q4_k || t == DType::q5_k || t == DType::q6_k;
 }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
@@ -86,8 +86,9 @@ inline constexpr int int8_strip_rows = 16;  // one 32-bit lane each
 // Sizes and field offsets of the strip layout for weights W (one GGUF block of 16 rows).
 template <DType W>
 struct Int8StripFormat {
-    static_assert(has_int8_dot(W),
-                  "Int8StripFormat: weights must be Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K or Q6_K");
+    static_assert(
+        has_int8_dot(W),
+        "Int8StripFormat: weights must be Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K");
     static constexpr bool k_quant = W == DType::q4_k || W == DType::q5_k || W == DType::q6_k;
     static constexpr int block_elements = quant::BlockOfT<W>::elements;  // 32 or 256
     static constexpr bool nibbles = W != DType::q8_0;
@@ -132,14 +133,14 @@ inline constexpr bool strip_bytes_are_file_bytes = Int8StripFormat<W>::block_byt
 static_assert(strip_bytes_are_file_bytes<DType::q4_0> && strip_bytes_are_file_bytes<DType::q4_1> &&
               strip_bytes_are_file_bytes<DType::q5_0> && strip_bytes_are_file_bytes<DType::q5_1> &&
               strip_bytes_are_file_bytes<DType::q8_0> && strip_bytes_are_file_bytes<DType::q4_k> &&
-              strip_bytes_are_file_bytes<DType::q6_k>);
+              strip_bytes_are_file_bytes<DType::q5_k> && strip_bytes_are_file_bytes<DType::q6_k>);
 
 // Calls body.template operator()<W>() for the int8-capable encoding `type` (tinfer::Error for
 // any other, listing these).
 template <class Body>
 decltype(auto) dispatch_int8_weight_type(DType type, Body&& body) {
     return dispatch<DType::q4_0, DType::q4_1, DType::q8_0, DType::q5_0, DType::q5_1, DType::q4_k,
-                    DType::q6_k>(
+                    DType::q5_k, DType::q6_k>(
         type, std::forward<Body>(body), [](DType a, DType b) { return a == b; },
         "int8 strip weight dtype");
 }
@@ -873,8 +874,9 @@ void int8_strip_tile_q6_k_avx2(std::byte const* strip, int cols, Int8Row const (
 template <DType W, int T, Isa isa = Isa::native>
 inline void int8_strip_tile(std::byte const* strip, int cols, Int8Row const (&x)[T],
                             float (&out)[T][int8_strip_rows]) {
-    static_assert(has_int8_dot(W),
-                  "int8_strip_tile: weights must be Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K or Q6_K");
+    static_assert(
+        has_int8_dot(W),
+        "int8_strip_tile: weights must be Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K");
     constexpr bool k_minimum = W == DType::q4_k || W == DType::q5_k;
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
     if constexpr (isa == Isa::native) {
