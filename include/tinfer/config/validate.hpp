@@ -54,6 +54,23 @@ struct Window {
     static_assert(window >= 0, "ModelConfig.sliding_window must be 0 (off) or positive");
 };
 
+template <int window, int global_every>
+struct LayerPattern {
+    static_assert(global_every >= 0,
+                  "ModelConfig.arch.global_every must be 0 (one kind) or positive");
+    static_assert(global_every == 0 || window > 0,
+                  "ModelConfig.arch.global_every needs ModelConfig.sliding_window > 0: the layers "
+                  "between global ones slide");
+};
+template <int query_pre_attn_scalar, bool softcap_ok, bool rope_sliding_ok>
+struct ArchitectureConstants {
+    static_assert(query_pre_attn_scalar >= 0,
+                  "ModelConfig.arch.query_pre_attn_scalar must be 0 (head_dim) or positive");
+    static_assert(softcap_ok, "ModelConfig.arch.final_logit_softcap must be 0 (off) or positive");
+    static_assert(rope_sliding_ok,
+                  "ModelConfig.arch.rope_base_sliding must be 0 (rope_base) or positive");
+};
+
 }  // namespace config_check
 
 // Instantiates every check for C; a bad field stops compilation with its own message.
@@ -67,6 +84,10 @@ consteval bool check_model_config() {
     (void)sizeof(config_check::KvType<C.kv>);
     (void)sizeof(config_check::WeightType<C.weights>);
     (void)sizeof(config_check::Window<C.sliding_window>);
+    (void)sizeof(config_check::LayerPattern<C.sliding_window, C.arch.global_every>);
+    (void)sizeof(config_check::ArchitectureConstants<C.arch.query_pre_attn_scalar,
+                                                     C.arch.final_logit_softcap >= 0,
+                                                     C.arch.rope_base_sliding >= 0>);
     return true;
 }
 

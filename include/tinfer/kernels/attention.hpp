@@ -41,12 +41,15 @@ struct AttentionChunk {
 };
 
 // sliding_window: 0 attends to every earlier position; W > 0 lets a query at p see keys
-// p - W + 1 .. p (W tokens, itself included), as Mistral's window.
-template <int head_dim, int group_size, int sliding_window = 0>
+// p - W + 1 .. p (W tokens, itself included), as Mistral's and Gemma's windows.
+// query_scale_dim: scores are q.k / sqrt(query_scale_dim) (head_dim, or Gemma's
+// query_pre_attn_scalar).
+template <int head_dim, int group_size, int sliding_window = 0, int query_scale_dim = head_dim>
 struct Attention {
     static_assert(head_dim > 0 && head_dim % 2 == 0, "Attention head_dim must be positive, even");
     static_assert(group_size > 0, "Attention group_size must be positive");
     static_assert(sliding_window >= 0, "Attention sliding_window must be 0 (off) or positive");
+    static_assert(query_scale_dim > 0, "Attention query_scale_dim must be positive");
 
     // Keys per tile: a K tile and a V tile of 16 KiB each, whatever head_dim, so both stay in L1.
     static constexpr int kv_tile = std::max(8, 4096 / head_dim);
@@ -55,7 +58,7 @@ struct Attention {
     static constexpr int state_rows = query_block * group_size;
     // Softmax in base 2: exp(s / sqrt(d)) = exp2(s * log2(e) / sqrt(d)).
     static constexpr float score_scale =
-        static_cast<float>(std::numbers::log2e / constexpr_sqrt(head_dim));
+        static_cast<float>(std::numbers::log2e / constexpr_sqrt(query_scale_dim));
 
     // Per-thread scratch: K tile, V tile, one tile of scores, and the block's softmax states.
     static constexpr std::size_t scratch_floats =

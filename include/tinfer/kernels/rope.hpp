@@ -1,6 +1,7 @@
 #pragma once
-// Rotary position embedding on ADJACENT pairs (x[2i], x[2i+1]), the layout GGUF's converter
-// gives attn_q/attn_k: pair i at position p turns by theta = p * base^(-2i/head_dim).
+// Rotary position embedding: pair i at position p turns by theta = p * base^(-2i/head_dim). The
+// pairs are ADJACENT elements (x[2i], x[2i+1]), the layout GGUF's llama converter gives
+// attn_q/attn_k, or NeoX HALVES (x[i], x[i + head_dim/2]), as Gemma and Qwen2 files keep them.
 //
 // The angles and their cos/sin are computed in double and rounded once to float, so the table
 // is as exact as float storage allows even at positions in the hundreds of thousands (a float
@@ -9,6 +10,8 @@
 // invariant).
 #include <cmath>
 #include <cstddef>
+
+#include <tinfer/config/model_config.hpp>
 
 namespace tinfer::kernels {
 
@@ -30,30 +33,40 @@ void rope_table(double base, int const* positions, int rows, float* cos_sin) {
 }
 
 // Rotates `heads` consecutive heads of one row in place; cos_sin: the row's table.
-template <int head_dim>
+template <int head_dim, RopePairing pairing = RopePairing::adjacent>
 inline void apply_rope_row(float* x, int heads, float const* cos_sin) {
     constexpr int pairs = head_dim / 2;
     for (int head = 0; head < heads; ++head) {
         float* v = x + static_cast<std::size_t>(head) * head_dim;
+        if constexpr (pairing == RopePairing::adjacent) {
 #pragma omp simd
-        for (int i = 0; i < pairs; ++i) {
-            float const c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
-            float const x0 = v[2 * i], x1 = v[2 * i + 1];
-            v[2 * i] = x0 * c - x1 * s;
-            v[2 * i + 1] = x0 * s + x1 * c;
+            for (int i = 0; i < pairs; ++i) {
+                float const c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+                float const x0 = v[2 * i], x1 = v[2 * i + 1];
+                v[2 * i] = x0 * c - x1 * s;
+                v[2 * i + 1] = x0 * s + x1 * c;
+            }
+        } else {
+#pragma omp simd
+            for (int i = 0; i < pairs; ++i) {
+                float const c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+                float const x0 = v[i], x1 = v[i + pairs];
+                v[i] = x0 * c - x1 * s;
+                v[i + pairs] = x0 * s + x1 * c;
+            }
         }
     }
 }
 
 // Rotates `heads` heads of each row in place: x row r at x + r * row_stride, head h at
 // + h * head_dim; cos_sin as rope_table made it for the same rows.
-template <int head_dim>
+template <int head_dim, RopePairing pairing = RopePairing::adjacent>
 void apply_rope(float* x, int rows, int heads, std::size_t row_stride, float const* cos_sin,
                 int threads = 1) {
 #pragma omp parallel for num_threads(threads) schedule(static) if (rows > 16)
     for (int row = 0; row < rows; ++row) {
-        apply_rope_row<head_dim>(x + static_cast<std::size_t>(row) * row_stride, heads,
-                                 cos_sin + static_cast<std::size_t>(row) * head_dim);
+        apply_rope_row<head_dim, pairing>(x + static_cast<std::size_t>(row) * row_stride, heads,
+                                          cos_sin + static_cast<std::size_t>(row) * head_dim);
     }
 }
 

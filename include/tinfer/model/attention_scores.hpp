@@ -27,10 +27,11 @@ namespace tinfer::model {
 // the softmax probability the query gave cache slot s. `chunk.first_position` is the first
 // query's cache slot (queries see slots up to their own, and the attention's sliding window);
 // scores must hold every slot the view caches.
-template <int head_dim, int group_size, int sliding_window, kv::KvView View>
+template <int head_dim, int group_size, int sliding_window, int query_scale_dim = head_dim,
+          kv::KvView View>
 void add_attention_probabilities(View const& view, int kv_heads,
                                  kernels::AttentionChunk const& chunk, std::span<float> scores) {
-    using Attention = kernels::Attention<head_dim, group_size, sliding_window>;
+    using Attention = kernels::Attention<head_dim, group_size, sliding_window, query_scale_dim>;
     Attention::check_cached(view, chunk);
     int const keys_seen = chunk.first_position + chunk.queries;
     if (scores.size() < static_cast<std::size_t>(keys_seen)) {

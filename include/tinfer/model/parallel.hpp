@@ -112,7 +112,17 @@ class TensorParallel {
                 matrix = {matrix.type, matrix.rows, slice.count, storage->back().data()};
             }
         };
+        // A column-parallel projection's bias is cut like its rows.
+        auto const cut_bias = [&](std::span<float const>& bias, Projection projection) {
+            if (bias.empty()) return;
+            dist::IndexRange const slice = Shard<Cfg>::slice_of(projection, me);
+            bias = bias.subspan(static_cast<std::size_t>(slice.first),
+                                static_cast<std::size_t>(slice.count));
+        };
         for (LayerWeights& layer : weights.layers) {
+            cut_bias(layer.q_bias, Projection::query);
+            cut_bias(layer.k_bias, Projection::key);
+            cut_bias(layer.v_bias, Projection::value);
             cut(layer.q, Projection::query);
             cut(layer.k, Projection::key);
             cut(layer.v, Projection::value);

@@ -22,7 +22,8 @@ requires(sizeof...(Shapes) > 0 && (ModelShape<Shapes> && ...)) decltype(auto)
         [](gguf::File const& f, ModelConfig const& shape) {
             return model::matches_hyperparameters(f, shape);
         },
-        "model file (" + model::describe_hyperparameters(file) + ")");
+        "model file, whose shape compiles as `" + model::describe_hyperparameters(file) +
+            "` (add it to the compiled-in shapes)");
 }
 
 }  // namespace tinfer

@@ -15,8 +15,17 @@
 
 namespace tinfer::model {
 
+// The attention kernel of one kind of layer of Cfg (its window and query scale).
+template <ModelConfig Cfg, LayerKind Kind = Cfg.layer_kind(0)>
+using AttentionFor =
+    kernels::Attention<Cfg.head_dim, Cfg.group_size(), Cfg.window_of(Kind), Cfg.query_scale_dim()>;
+
+// Whether sliding layers rotate with a RoPE base of their own (Gemma 3), so a step needs a
+// second table of angles.
 template <ModelConfig Cfg>
-using AttentionFor = kernels::Attention<Cfg.head_dim, Cfg.group_size(), Cfg.sliding_window>;
+inline constexpr bool has_sliding_rope_table =
+    Cfg.has_layer_kind(LayerKind::sliding) && Cfg.has_layer_kind(LayerKind::global) &&
+    Cfg.rope_base_of(LayerKind::sliding) != Cfg.rope_base_of(LayerKind::global);
 
 // One task of a step's attention: a query block of one chunk for one KV head.
 struct AttentionTask {
@@ -45,6 +54,7 @@ class Workspace {
         gate.resize(rows * Cfg.ffn);
         up.resize(rows * Cfg.ffn);
         rope.resize(rows * Cfg.head_dim);
+        if constexpr (has_sliding_rope_table<Cfg>) rope_sliding.resize(rows * Cfg.head_dim);
         positions.resize(rows);
         slots.resize(rows);
         logit_rows.resize(rows);
@@ -72,18 +82,19 @@ class Workspace {
     kernels::Int8Rows quantized_rows() const { return {quantized.data(), quantized_stride}; }
 
     // Activations, row-major over the step's tokens (chunks in order).
-    std::vector<float> hidden;    // [tokens][hidden], the residual stream
-    std::vector<float> normed;    // [tokens][hidden]
-    std::vector<float> q;         // [tokens][heads * head_dim]
-    std::vector<float> k;         // [tokens][kv_heads * head_dim]
-    std::vector<float> v;         // [tokens][kv_heads * head_dim]
-    std::vector<float> attended;  // [tokens][heads * head_dim]
-    std::vector<float> gate;      // [tokens][ffn]
-    std::vector<float> up;        // [tokens][ffn]
-    std::vector<float> rope;      // [tokens][head_dim / 2][2]
-    std::vector<int> positions;   // [tokens]
-    std::vector<int> slots;       // [tokens]
-    std::vector<int> logit_rows;  // [logit rows]: the token row each logit row comes from
+    std::vector<float> hidden;        // [tokens][hidden], the residual stream
+    std::vector<float> normed;        // [tokens][hidden]
+    std::vector<float> q;             // [tokens][heads * head_dim]
+    std::vector<float> k;             // [tokens][kv_heads * head_dim]
+    std::vector<float> v;             // [tokens][kv_heads * head_dim]
+    std::vector<float> attended;      // [tokens][heads * head_dim]
+    std::vector<float> gate;          // [tokens][ffn]
+    std::vector<float> up;            // [tokens][ffn]
+    std::vector<float> rope;          // [tokens][head_dim / 2][2]
+    std::vector<float> rope_sliding;  // the same for sliding layers' base, where it differs
+    std::vector<int> positions;       // [tokens]
+    std::vector<int> slots;           // [tokens]
+    std::vector<int> logit_rows;      // [logit rows]: the token row each logit row comes from
     std::vector<AttentionTask> tasks;
     bool wants_attention_scores = false;  // a chunk of the step asks for attention scores
     std::vector<float> scratch;           // [threads][per-thread kernel scratch]

@@ -1,0 +1,49 @@
+#pragma once
+// The decoder layer, written once: the sequence of operations every Llama-family layer runs,
+// over a backend's set of ops (model/host_ops.hpp on the CPU) and a LayerPlan naming its parts.
+// A backend supplies each op for the whole step's rows; what a plan leaves out is never called.
+//
+//   x ─┬─ norm ─ Q K V (+bias) ─ [QK-norm] ─ RoPE ─ attention ─ O ─ [post-norm] ─┐
+//      └──────────────────────────────── + ◄────────────────────────────────────┘
+//   x ─┬─ norm ─ act(gate) * up ─ down ─ [post-norm] ─┐
+//      └──────────────────── + ◄──────────────────────┘
+//
+// Each op returns false when it failed (the backend keeps the error, raised after the step).
+#include <concepts>
+
+#include <tinfer/model/layer_plan.hpp>
+#include <tinfer/model/weights.hpp>
+
+namespace tinfer::model {
+
+// Which activation a matrix product reads: the normalised residual, the attention's output or
+// the gated FFN's hidden features.
+enum class Activations { normed, attended, ffn_hidden };
+
+// What a backend's ops provide to run_decoder_layer (checked where a layer is run).
+template <class Ops, class Plan>
+concept DecoderLayerOps = requires(Ops& ops, LayerWeights const& w, std::span<float const> v,
+                                   kernels::WeightMatrix const& m, int layer) {
+    ops.normalize(v);
+    ops.project_qkv(w);
+    ops.template position_queries_and_keys<Plan>(w);
+    { ops.template attend<Plan>(layer) } -> std::same_as<bool>;
+    { ops.template add_to_residual<Plan>(m, Activations::attended, v) } -> std::same_as<bool>;
+    ops.template gated_ffn<Plan>(w.gate, w.up);
+};
+
+template <class Plan, class Ops>
+requires DecoderLayerOps<Ops, Plan>
+void run_decoder_layer(Ops& ops, LayerWeights const& w, int layer) {
+    ops.normalize(w.attention_norm);
+    ops.project_qkv(w);
+    ops.template position_queries_and_keys<Plan>(w);
+    if (!ops.template attend<Plan>(layer)) return;
+    if (!ops.template add_to_residual<Plan>(w.output, Activations::attended, w.post_attention_norm))
+        return;
+    ops.normalize(w.ffn_norm);
+    ops.template gated_ffn<Plan>(w.gate, w.up);
+    ops.template add_to_residual<Plan>(w.down, Activations::ffn_hidden, w.post_ffn_norm);
+}
+
+}  // namespace tinfer::model

@@ -1,0 +1,337 @@
+#pragma once
+// HostOps: the CPU's set of ops the decoder layer (model/decoder_layer.hpp) is written over.
+// One object per thread of the forward pass's OpenMP team: every thread calls every op, the
+// ops share their loops over the team (work-sharing constructs), and each op ends where its
+// result is complete for the whole step (an implicit or explicit barrier), so the next op may
+// read any row. Steps that touch shared state (cache writes, attention scores, the
+// tensor-parallel all-reduce) run on one thread between barriers; their exceptions are kept in
+// `failure` (a parallel region cannot throw) and the op returns false on every thread.
+//
+// Weight types are per matrix: each product dispatches on the matrix's own type to the kernel
+// instantiated for it, once per matrix and step, never inside a kernel's loops.
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <exception>
+#include <span>
+#include <utility>
+
+#include <tinfer/config/model_config.hpp>
+#include <tinfer/kernels/activation_math.hpp>
+#include <tinfer/kernels/attention.hpp>
+#include <tinfer/kernels/int8_activations.hpp>
+#include <tinfer/kernels/linear.hpp>
+#include <tinfer/kernels/rmsnorm.hpp>
+#include <tinfer/kernels/rope.hpp>
+#include <tinfer/model/attention_scores.hpp>
+#include <tinfer/model/decoder_layer.hpp>
+#include <tinfer/model/parallel.hpp>
+#include <tinfer/model/sequence_chunk.hpp>
+#include <tinfer/model/weights.hpp>
+#include <tinfer/model/workspace.hpp>
+
+namespace tinfer::model {
+
+template <ModelConfig Cfg, ParallelPolicy Parallel, class Precision, class Cache>
+class HostOps {
+  public:
+    static constexpr ModelConfig local = Parallel::template local<Cfg>;
+    using Workspace = model::Workspace<local>;
+    static constexpr bool int8_precision =
+        std::same_as<Precision, tinfer::precision::Int8Activations>;
+    static constexpr float norm_eps = static_cast<float>(Cfg.norm_eps);
+
+    HostOps(Parallel const& parallel, std::span<SequenceChunk const> chunks, Cache& cache,
+            Workspace& ws, int rows, float* scratch, std::exception_ptr& failure)
+        : parallel_(parallel),
+          chunks_(chunks),
+          cache_(cache),
+          ws_(ws),
+          rows_(rows),
+          scratch_(scratch),
+          failure_(failure) {}
+
+    bool failed() const { return static_cast<bool>(failure_); }
+
+    // ws.normed = rmsnorm(ws.hidden) row by row, quantized too under int8 activations.
+    void normalize(std::span<float const> weight) {
+#pragma omp for schedule(static)
+        for (int row = 0; row < rows_; ++row) {
+            float* out = ws_.normed.data() + static_cast<std::size_t>(row) * Cfg.hidden;
+            kernels::rmsnorm_row<Cfg.hidden>(
+                ws_.hidden.data() + static_cast<std::size_t>(row) * Cfg.hidden, weight.data(),
+                norm_eps, out);
+            if constexpr (int8_precision)
+                kernels::quantize_row_int8(out, Cfg.hidden, ws_.quantized_row(row));
+        }
+    }
+
+    // q, k, v = normed . W^T for the step's rows.
+    void project_qkv(LayerWeights const& w) {
+        project(w.q, Activations::normed, ws_.q.data(), local.q_width(), kernels::Store::assign);
+        project(w.k, Activations::normed, ws_.k.data(), local.kv_width(), kernels::Store::assign);
+        project(w.v, Activations::normed, ws_.v.data(), local.kv_width(), kernels::Store::assign);
+#pragma omp barrier
+    }
+
+    // Per row: the biases (qkv_bias), RMSNorm over each head of Q and K (qk_norm), then RoPE
+    // with the layer kind's base and the architecture's pairing.
+    template <class Plan>
+    void position_queries_and_keys(LayerWeights const& w) {
+        constexpr int q_width = local.q_width(), kv_width = local.kv_width();
+        constexpr int head_dim = Cfg.head_dim;
+        float const* const tables = rope_table<Plan>();
+#pragma omp for schedule(static)
+        for (int row = 0; row < rows_; ++row) {
+            float* q = ws_.q.data() + static_cast<std::size_t>(row) * q_width;
+            float* k = ws_.k.data() + static_cast<std::size_t>(row) * kv_width;
+            if constexpr (Plan::qkv_bias) {
+                float* v = ws_.v.data() + static_cast<std::size_t>(row) * kv_width;
+                add_vector(q, w.q_bias.data(), q_width);
+                add_vector(k, w.k_bias.data(), kv_width);
+                add_vector(v, w.v_bias.data(), kv_width);
+            }
+            if constexpr (Plan::qk_norm) {
+                for (int h = 0; h < local.heads; ++h)
+                    kernels::rmsnorm_row<head_dim>(q + h * head_dim, w.q_norm.data(), norm_eps,
+                                                   q + h * head_dim);
+                for (int h = 0; h < local.kv_heads; ++h)
+                    kernels::rmsnorm_row<head_dim>(k + h * head_dim, w.k_norm.data(), norm_eps,
+                                                   k + h * head_dim);
+            }
+            float const* table = tables + static_cast<std::size_t>(row) * head_dim;
+            kernels::apply_rope_row<head_dim, Plan::rope_pairing>(q, local.heads, table);
+            kernels::apply_rope_row<head_dim, Plan::rope_pairing>(k, local.kv_heads, table);
+        }
+    }
+
+    // Writes the step's keys and values into the cache, then attends: ws.attended.
+    template <class Plan>
+    bool attend(int layer) {
+        using Attention = typename Plan::Attention;
+        constexpr int kv_width = local.kv_width();
+#pragma omp single
+        {
+            try {
+                for (std::size_t c = 0, row = 0; c < chunks_.size(); ++c) {
+                    int const n = static_cast<int>(chunks_[c].tokens.size());
+                    for (int i = 0; i < n; ++i, ++row) {
+                        cache_.write(chunks_[c].slot, layer, chunks_[c].first_cache_slot + i,
+                                     ws_.k.data() + row * kv_width, ws_.v.data() + row * kv_width);
+                    }
+                }
+                for (std::size_t c = 0, row = 0; c < chunks_.size();
+                     row += chunks_[c].tokens.size(), ++c) {
+                    Attention::check_cached(std::as_const(cache_).view(chunks_[c].slot, layer),
+                                            chunk_of(chunks_[c], row));
+                }
+            } catch (...) {
+                failure_ = std::current_exception();
+            }
+        }
+        if (failed()) return false;
+        Cache const& cache = cache_;
+        int const task_count = static_cast<int>(ws_.tasks.size());
+#pragma omp for schedule(dynamic, 1)
+        for (int t = 0; t < task_count; ++t) {
+            AttentionTask const task = ws_.tasks[static_cast<std::size_t>(t)];
+            SequenceChunk const& chunk = chunks_[static_cast<std::size_t>(task.chunk)];
+            Attention::attend_block(cache.view(chunk.slot, layer), task.kv_head,
+                                    chunk_of(chunk, task.first_row), task.block, scratch_);
+        }
+        if (ws_.wants_attention_scores) {
+#pragma omp single
+            {
+                try {
+                    add_attention_scores<Plan>(layer);
+                } catch (...) {
+                    failure_ = std::current_exception();
+                }
+            }
+            if (failed()) return false;
+        }
+        return true;
+    }
+
+    // hidden += x . W^T, or hidden += rmsnorm(x . W^T) with sandwich norms; a row-parallel
+    // matrix's partial products are summed across ranks first.
+    template <class Plan>
+    bool add_to_residual(kernels::WeightMatrix const& w, Activations input,
+                         std::span<float const> post_norm) {
+        if (int8_precision && kernels::has_int8_dot(w.type)) quantize_input(input);
+        if constexpr (std::same_as<Parallel, NoParallel> && !Plan::post_norms) {
+            project(w, input, ws_.hidden.data(), Cfg.hidden, kernels::Store::accumulate);
+#pragma omp barrier
+            return true;
+        } else {
+            project(w, input, ws_.normed.data(), Cfg.hidden, kernels::Store::assign);
+#pragma omp barrier
+            if constexpr (!std::same_as<Parallel, NoParallel>) {
+#pragma omp single
+                {
+                    try {
+                        parallel_.all_reduce_sum(std::span(
+                            ws_.normed.data(), static_cast<std::size_t>(rows_) * Cfg.hidden));
+                    } catch (...) {
+                        failure_ = std::current_exception();
+                    }
+                }
+                if (failed()) return false;
+            }
+#pragma omp for schedule(static)
+            for (int row = 0; row < rows_; ++row) {
+                float* partial = ws_.normed.data() + static_cast<std::size_t>(row) * Cfg.hidden;
+                float* residual = ws_.hidden.data() + static_cast<std::size_t>(row) * Cfg.hidden;
+                if constexpr (Plan::post_norms)
+                    kernels::rmsnorm_row<Cfg.hidden>(partial, post_norm.data(), norm_eps, partial);
+                add_vector(residual, partial, Cfg.hidden);
+            }
+            (void)post_norm;
+            return true;
+        }
+    }
+
+    // ws.gate = act(normed . G^T) * (normed . U^T): one fused kernel where both matrices share
+    // a type, else two products and the activation.
+    template <class Plan>
+    void gated_ffn(kernels::WeightMatrix const& gate, kernels::WeightMatrix const& up) {
+        using Gate = typename Plan::Gate;
+        constexpr int ffn = local.ffn;
+        if (gate.type == up.type) {
+            kernels::dispatch_weight_type(gate.type, [&]<DType W>() {
+                if constexpr (int8_precision && kernels::has_int8_dot(W)) {
+                    kernels::gated_linear_team<W, kernels::Isa::native, Gate>(
+                        gate, up, ws_.quantized_rows(), rows_, ws_.gate.data(), ffn, scratch_);
+                } else {
+                    kernels::gated_linear_team<W, kernels::Isa::native, Gate>(
+                        gate, up, kernels::FloatRows{ws_.normed.data(), Cfg.hidden}, rows_,
+                        ws_.gate.data(), ffn, scratch_);
+                }
+            });
+#pragma omp barrier
+        } else {
+            project(gate, Activations::normed, ws_.gate.data(), ffn, kernels::Store::assign);
+            project(up, Activations::normed, ws_.up.data(), ffn, kernels::Store::assign);
+#pragma omp barrier
+            std::size_t const n = static_cast<std::size_t>(rows_) * ffn;
+#pragma omp for schedule(static)
+            for (std::size_t i = 0; i < n; ++i) ws_.gate[i] = Gate::apply(ws_.gate[i]) * ws_.up[i];
+        }
+    }
+
+    // The final norm, the LM head and soft-capping, for the rows that produce logits only.
+    void logits(ModelWeights<Cfg> const& weights, int out_rows, std::span<float> logits) {
+        kernels::WeightMatrix const& head = weights.output;
+        bool const quantized = int8_precision && kernels::has_int8_dot(head.type);
+#pragma omp for schedule(static)
+        for (int i = 0; i < out_rows; ++i) {
+            float* out = ws_.normed.data() + static_cast<std::size_t>(i) * Cfg.hidden;
+            kernels::rmsnorm_row<Cfg.hidden>(
+                ws_.hidden.data() + static_cast<std::size_t>(ws_.logit_rows[i]) * Cfg.hidden,
+                weights.output_norm.data(), norm_eps, out);
+            if (quantized) kernels::quantize_row_int8(out, Cfg.hidden, ws_.quantized_row(i));
+        }
+        kernels::dispatch_weight_type(head.type, [&]<DType W>() {
+            if constexpr (int8_precision && kernels::has_int8_dot(W)) {
+                kernels::linear_team<W>(head, ws_.quantized_rows(), out_rows, logits.data(),
+                                        Cfg.vocab, kernels::Store::assign, scratch_);
+            } else {
+                kernels::linear_team<W>(head, kernels::FloatRows{ws_.normed.data(), Cfg.hidden},
+                                        out_rows, logits.data(), Cfg.vocab, kernels::Store::assign,
+                                        scratch_);
+            }
+        });
+        if constexpr (Cfg.arch.final_logit_softcap > 0) {
+            constexpr float cap = static_cast<float>(Cfg.arch.final_logit_softcap);
+#pragma omp barrier
+            std::size_t const n = static_cast<std::size_t>(out_rows) * Cfg.vocab;
+#pragma omp for schedule(static)
+            for (std::size_t i = 0; i < n; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+        }
+    }
+
+  private:
+    // The rows a product reads, float or (int8 precision, int8-capable matrix) quantized.
+    std::pair<float const*, int> input_of(Activations input) const {
+        switch (input) {
+            case Activations::normed:
+                return {ws_.normed.data(), Cfg.hidden};
+            case Activations::attended:
+                return {ws_.attended.data(), local.q_width()};
+            case Activations::ffn_hidden:
+                return {ws_.gate.data(), local.ffn};
+        }
+        return {nullptr, 0};
+    }
+
+    // The int8 rows of an input that is not the normed residual (normalize quantizes that).
+    void quantize_input(Activations input) {
+        auto const [x, width] = input_of(input);
+#pragma omp for schedule(static)
+        for (int row = 0; row < rows_; ++row)
+            kernels::quantize_row_int8(x + static_cast<std::size_t>(row) * width, width,
+                                       ws_.quantized_row(row));
+    }
+
+    // y = x . W^T (or +=) over the team with the kernel of W's own type; no barrier.
+    void project(kernels::WeightMatrix const& w, Activations input, float* y, std::size_t y_stride,
+                 kernels::Store store) {
+        auto const [x, width] = input_of(input);
+        kernels::dispatch_weight_type(w.type, [&]<DType W>() {
+            if constexpr (int8_precision && kernels::has_int8_dot(W)) {
+                kernels::linear_team<W>(w, ws_.quantized_rows(), rows_, y, y_stride, store,
+                                        scratch_);
+            } else {
+                kernels::linear_team<W>(w, kernels::FloatRows{x, static_cast<std::size_t>(width)},
+                                        rows_, y, y_stride, store, scratch_);
+            }
+        });
+    }
+
+    static void add_vector(float* x, float const* addend, int n) {
+#pragma omp simd
+        for (int i = 0; i < n; ++i) x[i] += addend[i];
+    }
+
+    template <class Plan>
+    float const* rope_table() const {
+        if constexpr (Plan::kind == LayerKind::sliding && has_sliding_rope_table<local>) {
+            return ws_.rope_sliding.data();
+        } else {
+            return ws_.rope.data();
+        }
+    }
+
+    // Adds the attention probabilities of `layer` of the chunks that ask for them.
+    template <class Plan>
+    void add_attention_scores(int layer) {
+        Cache const& cache = cache_;
+        for (std::size_t c = 0, row = 0; c < chunks_.size(); row += chunks_[c].tokens.size(), ++c) {
+            if (chunks_[c].attention_scores.empty()) continue;
+            add_attention_probabilities<Cfg.head_dim, Cfg.group_size(), Plan::window,
+                                        Cfg.query_scale_dim()>(
+                cache.view(chunks_[c].slot, layer), local.kv_heads, chunk_of(chunks_[c], row),
+                chunks_[c].attention_scores);
+        }
+    }
+
+    // Attention masks by cache slot: a query sees the slots up to its own.
+    kernels::AttentionChunk chunk_of(SequenceChunk const& chunk, std::size_t row) const {
+        return {chunk.first_cache_slot,
+                static_cast<int>(chunk.tokens.size()),
+                ws_.q.data() + row * local.q_width(),
+                static_cast<std::size_t>(local.q_width()),
+                ws_.attended.data() + row * local.q_width(),
+                static_cast<std::size_t>(local.q_width())};
+    }
+
+    Parallel const& parallel_;
+    std::span<SequenceChunk const> chunks_;
+    Cache& cache_;
+    Workspace& ws_;
+    int rows_;
+    float* scratch_;
+    std::exception_ptr& failure_;
+};
+
+}  // namespace tinfer::model

@@ -1,0 +1,122 @@
+// The second real model, Gemma 3 270M (Q4_K_M): bound in place with each matrix's own type,
+// its description read back as the preset, and batch invariance across the sliding window
+// (a prompt longer than 512 tokens alone, prefilled in pieces, and batched with another:
+// bitwise the same logits).
+#include <algorithm>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include <tinfer/config/presets.hpp>
+#include <tinfer/format/gguf.hpp>
+#include <tinfer/kv/contiguous_cache.hpp>
+#include <tinfer/model/hyperparameters.hpp>
+#include <tinfer/model/llama.hpp>
+
+#include "testing.hpp"
+
+namespace tt = tinfer::testing;
+constexpr tinfer::ModelConfig gemma3 = tinfer::presets::gemma3_270m;
+using Model = tinfer::Llama<gemma3>;
+using tinfer::DType;
+
+namespace {
+
+struct Fixture {
+    tinfer::gguf::File file = tinfer::gguf::File::open(tt::gemma3_path());
+    Model model = Model::bind(file);
+};
+
+Fixture& fixture() {
+    static Fixture f;
+    return f;
+}
+
+std::vector<std::int32_t> random_tokens(int n, unsigned seed) {
+    std::mt19937 random(seed);
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(n));
+    tokens[0] = 2;  // BOS
+    for (int i = 1; i < n; ++i) tokens[static_cast<std::size_t>(i)] = 1000 + random() % 200000;
+    return tokens;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(gemma3_model)
+
+BOOST_AUTO_TEST_CASE(description_reads_back_as_the_preset) {
+    Fixture& f = fixture();
+    BOOST_TEST((tinfer::model::read_config(f.file) == gemma3), tinfer::model::read_config(f.file));
+    for (auto const& p : tinfer::model::compare_hyperparameters(f.file, gemma3))
+        BOOST_TEST(p.matches,
+                   p.key << ": file has " << p.file_value << ", config has " << p.config_value);
+    // SmolLM2's shape is refused, naming the architecture.
+    BOOST_CHECK_EXCEPTION(tinfer::Llama<tinfer::presets::smollm2_135m>::bind(f.file),
+                          tinfer::ConfigMismatch, [](tinfer::ConfigMismatch const& e) {
+                              return std::string(e.what()).find(
+                                         "general.architecture: file has \"gemma3\", config "
+                                         "has \"llama\"") != std::string::npos;
+                          });
+}
+
+BOOST_AUTO_TEST_CASE(each_matrix_keeps_its_own_type) {
+    auto const& w = fixture().model.weights();
+    BOOST_TEST((w.token_embedding.type == DType::q8_0));
+    BOOST_TEST(w.output.data == w.token_embedding.data);  // tied
+    int down_q4_k = 0, down_q6_k = 0;
+    for (auto const& layer : w.layers) {
+        BOOST_TEST((layer.q.type == DType::q5_0));
+        BOOST_TEST((layer.output.type == DType::q4_k));
+        BOOST_TEST((layer.down.type == DType::q4_k || layer.down.type == DType::q6_k));
+        down_q4_k += layer.down.type == DType::q4_k;
+        down_q6_k += layer.down.type == DType::q6_k;
+        BOOST_TEST(layer.q_norm.size() == 256u);
+        BOOST_TEST(layer.k_norm.size() == 256u);
+        BOOST_TEST(layer.post_attention_norm.size() == 640u);
+        BOOST_TEST(layer.post_ffn_norm.size() == 640u);
+        BOOST_TEST(layer.q_bias.empty());
+    }
+    BOOST_TEST(down_q4_k + down_q6_k == 18);
+    BOOST_TEST(down_q6_k == 9);  // Q4_K_M: half of ffn_down kept at 6 bits
+}
+
+BOOST_AUTO_TEST_CASE(batched_and_chunked_equal_alone_across_the_window) {
+    Fixture& f = fixture();
+    std::vector<std::int32_t> const long_prompt = random_tokens(600, 1);
+    std::vector<std::int32_t> const short_prompt = random_tokens(40, 2);
+    constexpr int vocab = gemma3.vocab;
+    tinfer::kv::ContiguousKvCache<gemma3> cache(2, 700);
+    Model::Workspace ws(640, 2);
+
+    auto const alone = [&](std::vector<std::int32_t> const& prompt) {
+        cache.clear(0);
+        std::vector<float> logits(vocab);
+        tinfer::SequenceChunk const chunk{0, 0, prompt};
+        f.model.forward(std::span(&chunk, 1), cache, ws, logits);
+        return logits;
+    };
+    std::vector<float> const long_alone = alone(long_prompt);
+    std::vector<float> const short_alone = alone(short_prompt);
+
+    // The long prompt in three pieces, the last batched with the short prompt.
+    cache.clear(0);
+    cache.clear(1);
+    std::vector<float> scratch(vocab);
+    std::span<std::int32_t const> const all(long_prompt);
+    tinfer::SequenceChunk const first{0, 0, all.subspan(0, 256)};
+    f.model.forward(std::span(&first, 1), cache, ws, scratch);
+    tinfer::SequenceChunk const second{0, 256, all.subspan(256, 300)};
+    f.model.forward(std::span(&second, 1), cache, ws, scratch);
+    std::vector<float> batched(2 * static_cast<std::size_t>(vocab));
+    tinfer::SequenceChunk const both[] = {{0, 556, all.subspan(556)}, {1, 0, short_prompt}};
+    f.model.forward(std::span(both), cache, ws, batched);
+    BOOST_TEST(std::equal(long_alone.begin(), long_alone.end(), batched.begin()));
+    BOOST_TEST(std::equal(short_alone.begin(), short_alone.end(), batched.begin() + vocab));
+    BOOST_TEST(std::all_of(long_alone.begin(), long_alone.end(),
+                           [](float x) { return std::isfinite(x); }));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
