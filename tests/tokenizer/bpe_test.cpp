@@ -159,8 +159,11 @@ BOOST_AUTO_TEST_CASE(specials_split_leftmost_longest_and_can_be_plain_text) {
     BOOST_TEST(t.decode(ids) == text);
     BOOST_TEST(t.decode(ids, tok::SpecialText::skip) == "xyhello world<a");
 
+    // As plain text, control-token text is merged like any other; user-defined tokens are
+    // content and are still split out, as llama.cpp and HF `tokenizers` do.
     auto const plain = t.encode(text, tok::SpecialTokens::as_text);
-    for (auto const id : plain) BOOST_TEST((t.token_type(id) == tok::TokenType::normal));
+    for (auto const id : plain) BOOST_TEST((t.token_type(id) != tok::TokenType::control));
+    BOOST_TEST(std::count(plain.begin(), plain.end(), user) == 1);
     BOOST_TEST(t.decode(plain) == text);
     BOOST_TEST(t.token_bytes(user) == "hello world");
 }

@@ -1,4 +1,5 @@
-// ChatML rendering against the GGUF's own template run by jinja2 (tests/data/tokenizer/chat.tsv).
+// ChatML rendering against the GGUF's own template run by jinja2 (tests/data/tokenizer/chat.tsv),
+// Gemma's against Gemma 3's template run by jinja2 (gemma3_chat.tsv).
 #include <boost/test/unit_test.hpp>
 
 #include <string>
@@ -60,9 +61,33 @@ BOOST_AUTO_TEST_CASE(plain_chatml_has_no_default_system_message) {
     BOOST_TEST(!tok::ChatTemplate::from_jinja(qwen_like).default_system().has_value());
 }
 
-BOOST_AUTO_TEST_CASE(non_chatml_templates_are_refused) {
+BOOST_AUTO_TEST_CASE(other_templates_are_refused) {
     BOOST_CHECK_THROW(tok::ChatTemplate::from_jinja("[INST] {{ messages[0]['content'] }} [/INST]"),
                       tinfer::Error);
+}
+
+BOOST_AUTO_TEST_CASE(gemma_renders_like_its_jinja_template) {
+    auto const cases = tinfer::testing::read_golden_chats("gemma3_chat.tsv");
+    BOOST_REQUIRE_GE(cases.size(), 10u);
+    auto const gemma = tok::ChatTemplate::gemma();
+    BOOST_TEST((gemma.format() == tok::ChatFormat::gemma));
+    for (auto const& c : cases) {
+        BOOST_TEST(gemma.render(c.messages, c.add_generation_prompt) == c.rendered);
+    }
+    // The system message folds into the first user turn; the assistant is "model".
+    std::vector<tok::ChatMessage> const messages{
+        {"system", "Be brief."}, {"user", " hi \n"}, {"assistant", "hello"}};
+    BOOST_TEST(gemma.render(messages, true) ==
+               "<start_of_turn>user\nBe brief.\n\nhi<end_of_turn>\n"
+               "<start_of_turn>model\nhello<end_of_turn>\n<start_of_turn>model\n");
+}
+
+BOOST_AUTO_TEST_CASE(gemma_templates_are_recognised) {
+    constexpr std::string_view source =
+        "{{ bos_token }}{%- for message in messages -%}{{ '<start_of_turn>' + message['role'] + "
+        "'\n' + message['content'] | trim + '<end_of_turn>\n' }}{%- endfor -%}";
+    BOOST_TEST((tok::ChatTemplate::from_jinja(source).format() == tok::ChatFormat::gemma));
+    BOOST_TEST((tok::ChatTemplate::from_jinja(smollm2_jinja).format() == tok::ChatFormat::chatml));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

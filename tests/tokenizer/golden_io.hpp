@@ -1,7 +1,9 @@
 #pragma once
-// Readers for the golden files written by tests/reference/make_tokenizer_golden.py.
+// Readers for the golden files written by tests/reference/make_tokenizer_golden.py (SmolLM2)
+// and make_gemma3_tokenizer_golden.py (Gemma 3).
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -66,19 +68,21 @@ struct GoldenEncoding {
     tok::SpecialTokens specials;
     std::string text;
     std::vector<tok::TokenId> ids;
+    std::optional<std::string> decoded;  // the reference's decode of `ids`, where the file has it
 };
 
-inline std::vector<GoldenEncoding> read_golden_encodings() {
+inline std::vector<GoldenEncoding> read_golden_encodings(std::string const& name = "golden.tsv") {
     std::vector<GoldenEncoding> cases;
-    for (auto const& line : read_lines("golden.tsv")) {
+    for (auto const& line : read_lines(name)) {
         auto const fields = split(line, '\t');
-        BOOST_REQUIRE_EQUAL(fields.size(), 3u);
+        BOOST_REQUIRE(fields.size() == 3u || fields.size() == 4u);
         GoldenEncoding c;
         BOOST_REQUIRE(fields[0] == "s" || fields[0] == "p");
         c.specials = fields[0] == "s" ? tok::SpecialTokens::parse : tok::SpecialTokens::as_text;
         c.text = from_hex(fields[1]);
         std::istringstream ids{std::string(fields[2])};
         for (tok::TokenId id; ids >> id;) c.ids.push_back(id);
+        if (fields.size() == 4u) c.decoded = from_hex(fields[3]);
         cases.push_back(std::move(c));
     }
     return cases;
@@ -90,9 +94,9 @@ struct GoldenChat {
     std::string rendered;
 };
 
-inline std::vector<GoldenChat> read_golden_chats() {
+inline std::vector<GoldenChat> read_golden_chats(std::string const& name = "chat.tsv") {
     std::vector<GoldenChat> cases;
-    for (auto const& line : read_lines("chat.tsv")) {
+    for (auto const& line : read_lines(name)) {
         auto const fields = split(line, '\t');
         BOOST_REQUIRE_EQUAL(fields.size(), 3u);
         GoldenChat c;

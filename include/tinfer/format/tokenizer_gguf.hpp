@@ -2,6 +2,7 @@
 // Builds the tokenizer and chat template from a GGUF file's tokenizer.* metadata.
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include <tinfer/core/error.hpp>
 #include <tinfer/format/chat_template.hpp>
@@ -10,40 +11,81 @@
 
 namespace tinfer::tok {
 
-inline PreTokenizer pre_tokenizer_named(std::string const& name) {
-    // llama.cpp's names; "smollm" and "starcoder" are the same pre-tokenizer.
-    if (name == "smollm" || name == "starcoder") return PreTokenizer::smollm;
-    if (name == "gpt2" || name == "default") return PreTokenizer::gpt2;
-    throw Error("tokenizer.ggml.pre '" + name +
-                "' is not supported (supported: smollm, starcoder, gpt2, default)");
+// The names of tokenizer.ggml.pre tinfer implements, as llama.cpp writes them.
+inline constexpr std::string_view supported_pre_tokenizers = "gpt-2, smollm, starcoder";
+
+// A byte-level BPE pre-tokenizer by its llama.cpp name. llama.cpp knows many more (llama3,
+// qwen2, deepseek-coder, ...) with patterns of their own; tinfer refuses those rather than
+// split text the way the vocabulary was not trained on.
+inline PreTokenizer pre_tokenizer_named(std::string_view name) {
+    if (name == "smollm" || name == "starcoder") return PreTokenizer::smollm;  // one pattern
+    if (name == "gpt-2") return PreTokenizer::gpt2;
+    std::string const why =
+        name == "default"
+            ? " (llama.cpp's 'default' is a pattern of its own, not GPT-2's, and is not "
+              "implemented)"
+            : "";
+    throw Error("tokenizer.ggml.pre '" + std::string(name) + "' is not supported" + why +
+                "; supported: " + std::string(supported_pre_tokenizers));
+}
+
+// A tokenizer model by its tokenizer.ggml.model name.
+inline TokenizerModel tokenizer_model_named(std::string_view name) {
+    if (name == "gpt2") return TokenizerModel::byte_level_bpe;
+    if (name == "llama") return TokenizerModel::sentencepiece;
+    throw Error("tokenizer.ggml.model '" + std::string(name) +
+                "' is not supported; supported: gpt2 (byte-level BPE), llama (SentencePiece)");
 }
 
 inline Tokenizer tokenizer_from_gguf(gguf::File const& file) {
-    auto const model = file.get<std::string>("tokenizer.ggml.model");
-    if (model != "gpt2") {
-        throw Error("tokenizer.ggml.model '" + model +
-                    "' is not supported: tinfer implements byte-level BPE ('gpt2') only");
-    }
     TokenizerSpec spec;
+    spec.model = tokenizer_model_named(file.get<std::string>("tokenizer.ggml.model"));
     spec.tokens = file.get_strings("tokenizer.ggml.tokens");
     if (file.find("tokenizer.ggml.token_type")) {
         spec.token_types = file.get_array<std::int32_t>("tokenizer.ggml.token_type");
     }
-    spec.merges = file.get_strings("tokenizer.ggml.merges");
-    spec.pre_tokenizer = pre_tokenizer_named(
-        file.get_optional<std::string>("tokenizer.ggml.pre").value_or("default"));
+    if (spec.model == TokenizerModel::byte_level_bpe) {
+        spec.merges = file.get_strings("tokenizer.ggml.merges");
+        auto const pre = file.get_optional<std::string>("tokenizer.ggml.pre");
+        // llama.cpp falls back to its 'default' pattern, which tinfer does not implement.
+        if (!pre) {
+            throw Error("tokenizer.ggml.pre is missing; supported: " +
+                        std::string(supported_pre_tokenizers));
+        }
+        spec.pre_tokenizer = pre_tokenizer_named(*pre);
+    } else {
+        // llama.cpp reads no pre-tokenizer for SentencePiece, whatever tokenizer.ggml.pre says
+        // (converters write "default").
+        if (file.find("tokenizer.ggml.scores")) {
+            spec.scores = file.get_array<float>("tokenizer.ggml.scores");
+        }
+    }
     spec.bos = file.get_optional<TokenId>("tokenizer.ggml.bos_token_id");
     spec.eos = file.get_optional<TokenId>("tokenizer.ggml.eos_token_id");
     spec.unknown = file.get_optional<TokenId>("tokenizer.ggml.unknown_token_id");
     spec.padding = file.get_optional<TokenId>("tokenizer.ggml.padding_token_id");
-    spec.add_bos = file.get_optional<bool>("tokenizer.ggml.add_bos_token").value_or(false);
+    for (char const* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+        if (auto const id = file.get_optional<TokenId>(key)) spec.end_of_turn.push_back(*id);
+    }
+    // The defaults are llama.cpp's when the file says nothing: SentencePiece vocabularies add
+    // BOS and a prefix space, byte-level BPE ones neither.
+    bool const sentencepiece = spec.model == TokenizerModel::sentencepiece;
+    spec.add_bos = file.get_optional<bool>("tokenizer.ggml.add_bos_token").value_or(sentencepiece);
+    spec.add_eos = file.get_optional<bool>("tokenizer.ggml.add_eos_token").value_or(false);
+    spec.add_space_prefix =
+        sentencepiece && file.get_optional<bool>("tokenizer.ggml.add_space_prefix").value_or(true);
     return Tokenizer(spec);
 }
 
-// The file's chat template; plain ChatML when the file carries none (llama.cpp's fallback too).
+// The file's chat template. Without one: Gemma's for the Gemma architectures (their GGUFs
+// often carry none; Gemma 3 270M does not), plain ChatML otherwise (llama.cpp's fallback too).
 inline ChatTemplate chat_template_from_gguf(gguf::File const& file) {
-    auto const source = file.get_optional<std::string>("tokenizer.chat_template");
-    return source ? ChatTemplate::from_jinja(*source) : ChatTemplate();
+    if (auto const source = file.get_optional<std::string>("tokenizer.chat_template")) {
+        return ChatTemplate::from_jinja(*source);
+    }
+    auto const architecture = file.get_optional<std::string>("general.architecture");
+    if (architecture && architecture->starts_with("gemma")) return ChatTemplate::gemma();
+    return ChatTemplate();
 }
 
 }  // namespace tinfer::tok
