@@ -68,10 +68,11 @@ int run(tinfer::gguf::File const& file, Options const& options,
         text = tok::chat_template_from_gguf(file).render(messages, /*add_generation_prompt=*/true);
     }
     dist::GenerationRequest request{.id = 0,
-                                    .prompt = tokenizer.encode(text),
+                                    .prompt = tokenizer.encode_prompt(text),
                                     .sampling = options.sampling,
                                     .max_new_tokens = options.max_tokens};
-    if (auto const eos = tokenizer.eos_id()) request.stop_token_ids.push_back(*eos);
+    auto const ends = tokenizer.end_of_generation();
+    request.stop_token_ids.assign(ends.begin(), ends.end());
     dist::validate<Cfg>(request);
 
     auto const model = Model::bind(file);

@@ -82,7 +82,7 @@ int run(tinfer::gguf::File const& file, Options const& options, Model const& mod
         messages.push_back({"user", options.prompt});
         text = chat.render(messages, /*add_generation_prompt=*/true);
     }
-    std::vector<std::int32_t> const prompt = tokenizer.encode(text);
+    std::vector<std::int32_t> const prompt = tokenizer.encode_prompt(text);
     if (prompt.empty()) throw RequestError("the prompt encodes to no tokens");
     int const context = Cfg.max_context;
     if (static_cast<int>(prompt.size()) >= context)

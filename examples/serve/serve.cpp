@@ -467,12 +467,12 @@ class OpenAiServer {
         serve::OpenAiRequest const& r = p.request;
         char const* const prompt_field = r.chat ? "messages" : "prompt";
         if (r.chat) {
-            p.prompts.push_back(engine_.tokenizer().encode(
+            p.prompts.push_back(engine_.tokenizer().encode_prompt(
                 engine_.chat_template().render(r.messages, /*add_generation_prompt=*/true)));
         } else {
             for (serve::PromptInput const& input : r.prompts)
-                p.prompts.push_back(input.is_tokens ? input.tokens
-                                                    : engine_.tokenizer().encode(input.text));
+                p.prompts.push_back(
+                    input.is_tokens ? input.tokens : engine_.tokenizer().encode_prompt(input.text));
         }
         int longest = 0;
         for (auto const& prompt : p.prompts) {

@@ -1,6 +1,7 @@
 // Stop conditions: token-level reasons, and the stop-string matcher against a naive reference
 // over random texts cut into random token pieces.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -156,17 +157,25 @@ BOOST_AUTO_TEST_CASE(stop_string_split_across_tokens_is_never_emitted) {
 }
 
 BOOST_AUTO_TEST_CASE(token_conditions) {
-    constexpr std::int32_t eos = 2;
+    // EOS and an end-of-turn token (Gemma's <end_of_turn> beside <eos>): both end generation.
+    constexpr std::int32_t eos = 2, end_of_turn = 106;
+    std::array<std::int32_t, 2> const ends{eos, end_of_turn};
     StopConditions conditions{
         .max_new_tokens = 5, .stop_token_ids = {7, 9}, .stop_strings = {}, .ignore_eos = false};
     BOOST_CHECK_NO_THROW(tinfer::validate(conditions));
-    BOOST_TEST((tinfer::token_finish_reason(conditions, eos, eos, 1) == FinishReason::stop_token));
-    BOOST_TEST((tinfer::token_finish_reason(conditions, 9, eos, 1) == FinishReason::stop_token));
-    BOOST_TEST(!tinfer::token_finish_reason(conditions, 3, eos, 4).has_value());
-    BOOST_TEST((tinfer::token_finish_reason(conditions, 3, eos, 5) == FinishReason::length));
-    BOOST_TEST((tinfer::token_finish_reason(conditions, 7, eos, 5) == FinishReason::stop_token));
+    BOOST_TEST((tinfer::token_finish_reason(conditions, eos, ends, 1) == FinishReason::stop_token));
+    BOOST_TEST((tinfer::token_finish_reason(conditions, end_of_turn, ends, 1) ==
+                FinishReason::stop_token));
+    BOOST_TEST((tinfer::token_finish_reason(conditions, 9, ends, 1) == FinishReason::stop_token));
+    BOOST_TEST(!tinfer::token_finish_reason(conditions, 3, ends, 4).has_value());
+    BOOST_TEST((tinfer::token_finish_reason(conditions, 3, ends, 5) == FinishReason::length));
+    BOOST_TEST((tinfer::token_finish_reason(conditions, 7, ends, 5) == FinishReason::stop_token));
+    BOOST_TEST((tinfer::token_finish_reason(conditions, end_of_turn, ends, 5) ==
+                FinishReason::stop_token));
     conditions.ignore_eos = true;
-    BOOST_TEST(!tinfer::token_finish_reason(conditions, eos, eos, 1).has_value());
+    BOOST_TEST(!tinfer::token_finish_reason(conditions, eos, ends, 1).has_value());
+    BOOST_TEST(!tinfer::token_finish_reason(conditions, end_of_turn, ends, 1).has_value());
+    BOOST_TEST((tinfer::token_finish_reason(conditions, 9, ends, 1) == FinishReason::stop_token));
     BOOST_TEST(tinfer::name_of(FinishReason::stop_string) == "stop_string");
 
     auto const rejected = [&](auto&& change) {

@@ -330,9 +330,9 @@ class Engine {
     std::vector<std::int32_t> tokenize(GenerationRequest const& request) const {
         if (!request.prompt_tokens.empty()) return request.prompt_tokens;
         if (!request.messages.empty())
-            return tokenizer_.encode(
+            return tokenizer_.encode_prompt(
                 chat_.render(request.messages, /*add_generation_prompt=*/true));
-        return tokenizer_.encode(request.prompt);
+        return tokenizer_.encode_prompt(request.prompt);
     }
 
     void validate_request(GenerationRequest const& request,

@@ -1,7 +1,8 @@
 #pragma once
 // One request's output side, shared by every way of generating (the CLI loop, the engine, the
 // server): turns sampled token ids into text that is safe to show, and decides when the
-// request is finished (EOS, stop tokens, stop strings, length).
+// request is finished (EOS or another end-of-generation token, stop tokens, stop strings,
+// length).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -35,9 +36,8 @@ class OutputStream {
     Step accept(std::int32_t token) {
         tokens_.push_back(token);
         Step step;
-        auto const reason =
-            token_finish_reason(conditions_, token, tokenizer_->eos_id().value_or(-1),
-                                static_cast<int>(tokens_.size()));
+        auto const reason = token_finish_reason(conditions_, token, tokenizer_->end_of_generation(),
+                                                static_cast<int>(tokens_.size()));
         bool const is_stop_token = reason == FinishReason::stop_token;
         if (!is_stop_token) {
             auto fed = stop_strings_.feed(detokenizer_.push(token));

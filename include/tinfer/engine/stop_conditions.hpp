@@ -1,7 +1,8 @@
 #pragma once
 // When a request stops generating, and which of its text may be streamed out.
 //
-// Token-level conditions (EOS, stop token ids, max_new_tokens) are checked on each sampled id;
+// Token-level conditions (the model's end-of-generation tokens: EOS and end-of-turn tokens such
+// as Gemma's <end_of_turn>; stop token ids; max_new_tokens) are checked on each sampled id;
 // the stopping token's own text is never emitted. Stop strings are matched on the decoded text:
 // a StopStringMatcher is fed each token's text and hands back only what can no longer turn out
 // to be part of a stop string, so a stop string split over several tokens is never emitted, nor
@@ -10,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -40,7 +42,7 @@ struct StopConditions {
     int max_new_tokens = 0;
     std::vector<std::int32_t> stop_token_ids;  // stop on any of these, in addition to EOS
     std::vector<std::string> stop_strings;
-    bool ignore_eos = false;
+    bool ignore_eos = false;  // go on past EOS and every other end-of-generation token
 };
 
 // Raises tinfer::RequestError on conditions that cannot be honoured.
@@ -60,12 +62,15 @@ inline void validate(StopConditions const& conditions) {
 }
 
 // The reason to stop after `token`, the `tokens_generated`-th generated token (counting it), or
-// nothing to go on. A stop token wins over the length limit when both apply.
-inline std::optional<FinishReason> token_finish_reason(StopConditions const& conditions,
-                                                       std::int32_t token,
-                                                       std::int32_t eos_token_id,
-                                                       int tokens_generated) {
-    if (token == eos_token_id && !conditions.ignore_eos) return FinishReason::stop_token;
+// nothing to go on. `end_of_generation` holds the model's EOS and end-of-turn tokens
+// (Tokenizer::end_of_generation); each finishes like EOS. A stop token wins over the length
+// limit when both apply.
+inline std::optional<FinishReason> token_finish_reason(
+    StopConditions const& conditions, std::int32_t token,
+    std::span<std::int32_t const> end_of_generation, int tokens_generated) {
+    if (!conditions.ignore_eos &&
+        std::ranges::find(end_of_generation, token) != end_of_generation.end())
+        return FinishReason::stop_token;
     if (std::ranges::find(conditions.stop_token_ids, token) != conditions.stop_token_ids.end())
         return FinishReason::stop_token;
     if (tokens_generated >= conditions.max_new_tokens) return FinishReason::length;
