@@ -3,8 +3,11 @@
 # user's python3. Safe to rerun: pip skips what is already installed.
 #   openai  the official client, run against examples/serve by tests/server (that test is
 #           skipped, exit 77, without it)
+#   numpy   the float64 reference forward pass, tests/reference/llama_reference.py, that the
+#           synthetic-model tests run on GGUF files of their own (its --logits mode)
+#   gguf    llama.cpp's reader and dequantizer, which that reference reads the files with
 set -euo pipefail
-packages=(openai)
+packages=(openai numpy gguf)
 missing=()
 for p in "${packages[@]}"; do
     python3 -c "import $p" 2>/dev/null || missing+=("$p")
