@@ -1,6 +1,7 @@
 #pragma once
-// Reader for tests/data/reference/golden_logits.bin, written by make_golden_logits.py from the
-// float64 numpy reference forward pass (llama_reference.py). The format is documented in
+// Reader for tests/data/reference/golden_logits.bin (SmolLM2, written by make_golden_logits.py)
+// and gemma3_golden_logits.bin (make_gemma3_golden.py), made by the float64 numpy reference
+// forward pass (llama_reference.py). The format (versions 1 and 2) is documented in
 // tests/reference/README.md. Standard library only; throws std::runtime_error on a bad file.
 #include <array>
 #include <bit>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -22,9 +24,13 @@ struct GoldenPosition {
     float max_abs_logit = 0;  // max over the whole vocabulary of |logit|
     std::int32_t argmax = -1;
     float top2_margin = 0;    // largest logit minus the second largest
-    // (token id, float64 reference logit rounded to float) for the top 32 ids at this position
+    // max over the vocabulary of |float32 - float64| / max_abs_logit, where float32 is the same
+    // reference run in float32 on the same tokens: the scale of an ordinary float32
+    // implementation's error, to derive a tolerance from. NaN in version 1 files (not measured).
+    float float32_error = std::numeric_limits<float>::quiet_NaN();
+    // (token id, float64 reference logit rounded to float) for the top n_top ids at this position
     // (descending), then the fixed seeded-random ids not already among them; empty for decode
-    // steps past the first 16.
+    // steps past the first n_decode_with_logits.
     std::vector<std::pair<std::int32_t, float>> logits;
 };
 
@@ -36,16 +42,17 @@ struct GoldenPrompt {
     // greedy[i+1] = decode[i].argmax.
     std::vector<std::int32_t> greedy;
     std::vector<GoldenPosition> prefill;  // one per prompt position, all with logits
-    // decode[i]: logits after feeding greedy[i] at position prompt.size() + i; 64 entries, the
-    // first 16 with logits. decode.back().argmax is the 65th greedy token.
+    // decode[i]: logits after feeding greedy[i] at position prompt.size() + i; n_decode entries,
+    // the first n_decode_with_logits with logits. decode.back().argmax would be one greedy token
+    // more.
     std::vector<GoldenPosition> decode;
 };
 
 struct GoldenFile {
     std::uint32_t version = 0;
     std::uint32_t vocab_size = 0;
-    std::uint32_t n_decode = 0;             // decode entries per prompt (64)
-    std::uint32_t n_decode_with_logits = 0; // of which the first ones carry logits (16)
+    std::uint32_t n_decode = 0;             // decode entries per prompt (SmolLM2: 64)
+    std::uint32_t n_decode_with_logits = 0; // of which the first ones carry logits (SmolLM2: 16)
     std::uint32_t n_top = 0;                // top ids stored first at each position (32)
     std::array<std::uint8_t, 32> model_sha256{};
     std::string model_file;
@@ -94,11 +101,12 @@ public:
         pos_ += N;
         return a;
     }
-    GoldenPosition position(std::uint32_t vocab) {
+    GoldenPosition position(std::uint32_t vocab, std::uint32_t version) {
         GoldenPosition p;
         p.max_abs_logit = f32();
         p.argmax = i32();
         p.top2_margin = f32();
+        if (version >= 2) p.float32_error = f32();
         std::uint32_t n = u32();
         need(std::size_t{n} * 8);
         p.logits.reserve(n);
@@ -134,7 +142,7 @@ inline GoldenFile load_golden_file(std::filesystem::path const& path) {
         throw std::runtime_error("golden_logits: bad magic in " + path.string());
     GoldenFile f;
     f.version = r.u32();
-    if (f.version != 1)
+    if (f.version != 1 && f.version != 2)
         throw std::runtime_error("golden_logits: unsupported version " +
                                  std::to_string(f.version));
     std::uint32_t n_prompts = r.u32();
@@ -156,9 +164,11 @@ inline GoldenFile load_golden_file(std::filesystem::path const& path) {
         if (n_prefill != p.prompt.size() || n_decode != p.greedy.size())
             throw std::runtime_error("golden_logits: inconsistent position counts");
         p.prefill.reserve(n_prefill);
-        for (std::uint32_t i = 0; i < n_prefill; ++i) p.prefill.push_back(r.position(f.vocab_size));
+        for (std::uint32_t i = 0; i < n_prefill; ++i)
+            p.prefill.push_back(r.position(f.vocab_size, f.version));
         p.decode.reserve(n_decode);
-        for (std::uint32_t i = 0; i < n_decode; ++i) p.decode.push_back(r.position(f.vocab_size));
+        for (std::uint32_t i = 0; i < n_decode; ++i)
+            p.decode.push_back(r.position(f.vocab_size, f.version));
         f.prompts.push_back(std::move(p));
     }
     if (!r.at_end()) throw std::runtime_error("golden_logits: trailing bytes");
