@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <tinfer/engine/output_stream.hpp>
 #include <tinfer/format/gguf.hpp>
 #include <tinfer/format/tokenizer.hpp>
 #include <tinfer/format/tokenizer_gguf.hpp>
@@ -79,6 +80,27 @@ BOOST_AUTO_TEST_CASE(end_of_generation_is_eos_and_end_of_turn) {
     BOOST_TEST(ends == (std::vector<tok::TokenId>{1, 106}));
     BOOST_TEST(t.ends_generation(106));
     BOOST_TEST(!t.ends_generation(105));
+}
+
+BOOST_AUTO_TEST_CASE(output_stream_stops_at_end_of_turn_like_at_eos) {
+    auto const& t = gemma3().tokenizer;
+    auto const hello = t.encode("Hello");
+    for (tok::TokenId const end : {106, 1}) {
+        tinfer::OutputStream out(t, {.max_new_tokens = 8});
+        std::string text;
+        for (auto const id : hello) {
+            auto const step = out.accept(id);
+            BOOST_TEST(!step.finish.has_value());
+            text += step.text;
+        }
+        auto const last = out.accept(end);
+        BOOST_TEST((last.finish == tinfer::FinishReason::stop_token), "token " << end);
+        BOOST_TEST(text + last.text == "Hello");  // the stopping token has no text
+    }
+    // ignore_eos goes on past both.
+    tinfer::OutputStream going_on(t, {.max_new_tokens = 8, .ignore_eos = true});
+    BOOST_TEST(!going_on.accept(106).finish.has_value());
+    BOOST_TEST(!going_on.accept(1).finish.has_value());
 }
 
 BOOST_AUTO_TEST_CASE(ids_match_sentencepiece) {

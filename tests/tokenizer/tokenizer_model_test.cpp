@@ -59,6 +59,12 @@ BOOST_AUTO_TEST_CASE(vocabulary_matches_the_file) {
     BOOST_TEST((t.pre_tokenizer() == tok::PreTokenizer::smollm));
     BOOST_TEST((t.bos_id() == std::optional<tok::TokenId>(1)));
     BOOST_TEST((t.eos_id() == std::optional<tok::TokenId>(2)));
+    // <|im_end|> is EOS; <|endoftext|> also ends generation, as in llama.cpp.
+    std::vector<tok::TokenId> const ends(t.end_of_generation().begin(),
+                                         t.end_of_generation().end());
+    BOOST_TEST(ends == (std::vector<tok::TokenId>{0, 2}));
+    BOOST_TEST((t.model() == tok::TokenizerModel::byte_level_bpe));
+    BOOST_TEST(t.encode_prompt("hi") == t.encode("hi"));  // add_bos is false
     BOOST_TEST(!t.add_bos());
     BOOST_TEST(t.token_text(1) == "<|im_start|>");
     BOOST_TEST((t.token_type(2) == tok::TokenType::control));
