@@ -11,6 +11,8 @@
 #include <vector>
 
 #include <tinfer/core/error.hpp>
+#include <tinfer/format/gguf.hpp>
+#include <tinfer/format/gguf_writer.hpp>
 #include <tinfer/format/tokenizer.hpp>
 #include <tinfer/format/tokenizer_gguf.hpp>
 #include <tinfer/format/unicode.hpp>
@@ -239,7 +241,86 @@ BOOST_AUTO_TEST_CASE(end_of_generation_tokens_by_id_and_by_text) {
 
 BOOST_AUTO_TEST_SUITE_END()
 
+namespace {
+
+// A GGUF holding only tokenizer metadata (and the architecture).
+struct TokenizerFile {
+    tinfer::gguf::Writer writer;
+    std::vector<std::byte> bytes;
+
+    TokenizerFile(std::string const& model, std::vector<std::string> const& tokens,
+                  std::string const& architecture = "llama") {
+        writer.add("general.architecture", tinfer::gguf::Value(architecture));
+        writer.add("tokenizer.ggml.model", tinfer::gguf::Value(model));
+        writer.add_strings("tokenizer.ggml.tokens", tokens);
+    }
+    tinfer::gguf::File file() {
+        bytes = writer.to_bytes();
+        return tinfer::gguf::File::from_bytes(bytes);
+    }
+};
+
+std::string error_of(auto&& load) {
+    try {
+        load();
+    } catch (tinfer::Error const& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+}  // namespace
+
 BOOST_AUTO_TEST_SUITE(gguf_tokenizer_names)
+
+BOOST_AUTO_TEST_CASE(files_pick_the_tokenizer_by_model) {
+    std::vector<std::string> const pieces{"<unk>", "<s>", "</s>",      space,
+                                          "h",     "i",   space + "h", space + "hi"};
+    auto const sentencepiece_file = [&](std::string const& architecture) {
+        TokenizerFile spm("llama", pieces, architecture);
+        spm.writer.add_array<std::int32_t>("tokenizer.ggml.token_type", {2, 3, 3, 1, 1, 1, 1, 1});
+        spm.writer.add_array<float>("tokenizer.ggml.scores", {0, 0, 0, -1, -1, -1, -2, -3});
+        spm.writer.add("tokenizer.ggml.bos_token_id", tinfer::gguf::Value(std::uint32_t{1}));
+        spm.writer.add("tokenizer.ggml.eos_token_id", tinfer::gguf::Value(std::uint32_t{2}));
+        return spm;
+    };
+    {
+        // No flags in the file: llama.cpp's SentencePiece defaults, BOS and a prefix space.
+        auto spm = sentencepiece_file("llama");
+        auto const file = spm.file();
+        auto const t = tok::tokenizer_from_gguf(file);
+        BOOST_TEST((t.model() == tok::TokenizerModel::sentencepiece));
+        BOOST_TEST(t.add_bos());
+        BOOST_TEST(t.add_space_prefix());
+        BOOST_TEST(t.encode_prompt("hi") == (std::vector<tok::TokenId>{1, 7}));
+        BOOST_TEST((tok::chat_template_from_gguf(file).format() == tok::ChatFormat::chatml));
+    }
+    {
+        auto spm = sentencepiece_file("gemma3");
+        spm.writer.add("tokenizer.ggml.add_space_prefix", tinfer::gguf::Value(false));
+        spm.writer.add("tokenizer.ggml.add_bos_token", tinfer::gguf::Value(false));
+        auto const file = spm.file();
+        auto const t = tok::tokenizer_from_gguf(file);
+        BOOST_TEST(!t.add_bos());
+        BOOST_TEST(t.encode_prompt("hi") == (std::vector<tok::TokenId>{4, 5}));
+        BOOST_TEST((tok::chat_template_from_gguf(file).format() == tok::ChatFormat::gemma));
+    }
+
+    TokenizerFile bert("bert", pieces);
+    BOOST_TEST(error_of([&] { tok::tokenizer_from_gguf(bert.file()); }) ==
+               "tokenizer.ggml.model 'bert' is not supported; supported: gpt2 (byte-level BPE), "
+               "llama (SentencePiece)");
+
+    TokenizerFile bpe("gpt2", {"a", "b", "ab"});
+    bpe.writer.add_strings("tokenizer.ggml.merges", {"a b"});
+    BOOST_TEST(error_of([&] { tok::tokenizer_from_gguf(bpe.file()); }) ==
+               "tokenizer.ggml.pre is missing; supported: gpt-2, smollm, starcoder");
+    bpe.writer.add("tokenizer.ggml.pre", tinfer::gguf::Value(std::string("gpt-2")));
+    auto const file = bpe.file();
+    auto const t = tok::tokenizer_from_gguf(file);
+    BOOST_TEST((t.pre_tokenizer() == tok::PreTokenizer::gpt2));
+    BOOST_TEST(t.encode("ab") == (std::vector<tok::TokenId>{2}));
+}
 
 BOOST_AUTO_TEST_CASE(gpt2_and_smollm_pre_tokenizers_are_accepted) {
     BOOST_TEST((tok::pre_tokenizer_named("gpt-2") == tok::PreTokenizer::gpt2));
@@ -250,22 +331,14 @@ BOOST_AUTO_TEST_CASE(gpt2_and_smollm_pre_tokenizers_are_accepted) {
 }
 
 BOOST_AUTO_TEST_CASE(other_names_are_refused_with_the_supported_ones) {
-    auto const message = [](auto&& load) -> std::string {
-        try {
-            load();
-        } catch (tinfer::Error const& e) {
-            return e.what();
-        }
-        return "no error";
-    };
     // llama.cpp's names for pre-tokenizers tinfer does not implement, its "default" (not
     // GPT-2's pattern), and a spelling llama.cpp never writes.
     for (std::string const name : {"llama3", "qwen2", "deepseek-coder", "default", "gpt2", ""}) {
-        std::string const what = message([&] { tok::pre_tokenizer_named(name); });
+        std::string const what = error_of([&] { tok::pre_tokenizer_named(name); });
         BOOST_TEST(what.starts_with("tokenizer.ggml.pre '" + name + "' is not supported"), what);
         BOOST_TEST(what.ends_with("supported: gpt-2, smollm, starcoder"), what);
     }
-    std::string const what = message([] { tok::tokenizer_model_named("bert"); });
+    std::string const what = error_of([] { tok::tokenizer_model_named("bert"); });
     BOOST_TEST(what ==
                "tokenizer.ggml.model 'bert' is not supported; supported: gpt2 (byte-level BPE), "
                "llama (SentencePiece)");
