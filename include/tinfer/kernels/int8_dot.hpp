@@ -760,46 +760,76 @@ void int8_strip_tile_k_minimum_avx2(std::byte const* strip, int cols, Int8Row co
             __m256i const packed[3] = {load_256(p + Format::scale_register_offset + 32 * h),
                                        load_256(p + Format::scale_register_offset + 64 + 32 * h),
                                        load_256(p + Format::scale_register_offset + 128 + 32 * h)};
-            for (int j = 0; j < 8; ++j) {
-                int const b = sb * 8 + j, pair = j / 2, nibble_shift = 4 * (j % 2);
-                __m256i scale_bits, min_bits;
-                scale_min_lanes(
-                    packed, j, scale_bits, min_bits,
-                    [](__m256i v, int n) { return shift_right_32(v, n); },
-                    [](__m256i a, __m256i c) { return _mm256_and_si256(a, c); },
-                    [](__m256i a, __m256i c) { return _mm256_or_si256(a, c); },
-                    [](int v) { return _mm256_set1_epi32(v); });
-                __m256 const scale = _mm256_mul_ps(d, _mm256_cvtepi32_ps(scale_bits));
-                __m256 const minimum = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(min_bits));
+            for (int pair = 0; pair < 4; ++pair) {
+                // Sub-blocks 2 pair (low nibbles) and 2 pair + 1 (high) of register k.
+                auto const values = [&](int k, __m256i& low, __m256i& high) {
+                    __m256i const bytes =
+                        load_256(p + (8 * pair + k) * Format::register_bytes + 32 * h);
+                    low = _mm256_and_si256(bytes, nibble);
+                    high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+                    if constexpr (W == DType::q5_k) {
+                        __m256i const qh = shift_right_16(
+                            load_256(p + Format::high_offset + k * Format::register_bytes + 32 * h),
+                            2 * pair);
+                        low =
+                            _mm256_or_si256(low, _mm256_and_si256(_mm256_slli_epi16(qh, 4), fifth));
+                        high = _mm256_or_si256(high,
+                                               _mm256_and_si256(_mm256_slli_epi16(qh, 3), fifth));
+                    }
+                };
+                __m256 scale[2], minimum[2];
+                for (int half = 0; half < 2; ++half) {
+                    __m256i scale_bits, min_bits;
+                    scale_min_lanes(
+                        packed, 2 * pair + half, scale_bits, min_bits,
+                        [](__m256i v, int n) { return shift_right_32(v, n); },
+                        [](__m256i a, __m256i c) { return _mm256_and_si256(a, c); },
+                        [](__m256i a, __m256i c) { return _mm256_or_si256(a, c); },
+                        [](int v) { return _mm256_set1_epi32(v); });
+                    scale[half] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(scale_bits));
+                    minimum[half] = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(min_bits));
+                }
+                // One token: each register loaded once for both sub-blocks. A tile of several:
+                // the pair's values decoded once into a buffer all its tokens read.
+                __m256i decoded[2][8];
+                if constexpr (T > 1) {
+                    for (int k = 0; k < 8; ++k) values(k, decoded[0][k], decoded[1][k]);
+                }
                 for (int t = 0; t < T; ++t) {
+                    int const b = sb * 8 + 2 * pair;  // the low sub-block's activation block
                     std::int8_t const* xq = x[t].q + b * int8_block_elements;
-                    __m256i sums = _mm256_setzero_si256();
-                    __m256i pairs = _mm256_setzero_si256();
+                    __m256i sums[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+                    __m256i pairs[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
                     for (int k = 0; k < 8; ++k) {
-                        __m256i q = _mm256_and_si256(
-                            shift_right_16(
-                                load_256(p + (8 * pair + k) * Format::register_bytes + 32 * h),
-                                nibble_shift),
-                            nibble);
-                        if constexpr (W == DType::q5_k) {
-                            __m256i const qh =
-                                shift_right_16(load_256(p + Format::high_offset +
-                                                        k * Format::register_bytes + 32 * h),
-                                               j);
-                            q = _mm256_or_si256(q,
-                                                _mm256_and_si256(_mm256_slli_epi16(qh, 4), fifth));
+                        __m256i q[2];
+                        if constexpr (T > 1) {
+                            q[0] = decoded[0][k];
+                            q[1] = decoded[1][k];
+                        } else {
+                            values(k, q[0], q[1]);
                         }
-                        pairs =
-                            _mm256_add_epi16(pairs, _mm256_maddubs_epi16(q, four_256(xq + 4 * k)));
+                        for (int half = 0; half < 2; ++half) {
+                            pairs[half] = _mm256_add_epi16(
+                                pairs[half],
+                                _mm256_maddubs_epi16(
+                                    q[half], four_256(xq + half * int8_block_elements + 4 * k)));
+                        }
                         // 5-bit weights: widen every 4 terms; 4-bit: after all 8.
                         if (W == DType::q5_k ? k % 4 == 3 : k == 7) {
-                            sums = _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, ones));
-                            pairs = _mm256_setzero_si256();
+                            for (int half = 0; half < 2; ++half) {
+                                sums[half] = _mm256_add_epi32(sums[half],
+                                                              _mm256_madd_epi16(pairs[half], ones));
+                                pairs[half] = _mm256_setzero_si256();
+                            }
                         }
                     }
-                    __m256 const s = _mm256_mul_ps(scale, _mm256_set1_ps(x[t].scale[b]));
-                    acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), s, acc[t][h]);
-                    acc[t][h] = _mm256_fnmadd_ps(minimum, _mm256_set1_ps(x[t].sum[b]), acc[t][h]);
+                    for (int half = 0; half < 2; ++half) {
+                        __m256 const s =
+                            _mm256_mul_ps(scale[half], _mm256_set1_ps(x[t].scale[b + half]));
+                        acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[half]), s, acc[t][h]);
+                        acc[t][h] = _mm256_fnmadd_ps(minimum[half],
+                                                     _mm256_set1_ps(x[t].sum[b + half]), acc[t][h]);
+                    }
                 }
             }
         }
