@@ -203,6 +203,24 @@ BOOST_AUTO_TEST_CASE(merges_never_make_control_tokens) {
     BOOST_TEST(plain == (std::vector{v.id("<x"), v.id(">"), v.id("[u]")}));
 }
 
+BOOST_AUTO_TEST_CASE(many_specials_with_one_first_byte_split_the_same) {
+    // Past 32 special tokens with one first byte (Gemma: <unused0>.. <unused6241>) they are
+    // looked up by length instead of scanned; the split must stay leftmost-longest.
+    std::vector<std::pair<std::string, tok::TokenType>> specials;
+    for (int i = 0; i < 40; ++i)
+        specials.push_back({"<c" + std::to_string(i) + ">", tok::TokenType::control});
+    specials.push_back({"<u>", tok::TokenType::user_defined});
+    specials.push_back({"<c1", tok::TokenType::user_defined});
+    ToyVocab const v({{"<", -1}, {"c", -1}, {"1", -1}, {"2", -1}, {">", -1}, {"u", -1}}, specials);
+    auto const t = v.tokenizer();
+    BOOST_TEST(t.encode("<c12><u><c1>") == (std::vector{v.id("<c12>"), v.id("<u>"), v.id("<c1>")}));
+    // <c12> is control: as text the user-defined <c1 matches instead.
+    BOOST_TEST(
+        t.encode("<c12><u><c1>", tok::SpecialTokens::as_text) ==
+        (std::vector{v.id("<c1"), v.id("2"), v.id(">"), v.id("<u>"), v.id("<c1"), v.id(">")}));
+    BOOST_TEST(t.encode("<c3") == (std::vector{v.id("<"), v.id("c"), v.byte('3')}));
+}
+
 BOOST_AUTO_TEST_CASE(prefix_space_before_each_fragment_and_off_again_at_the_start) {
     ToyVocab const v({{space, -1}, {"h", -1}, {"i", -1}, {space + "h", -2}, {space + "hi", -3}},
                      {{"<s>", tok::TokenType::control}, {"</s>", tok::TokenType::control}});

@@ -12,7 +12,8 @@
 // Decoding concatenates token bytes, so decode(encode(s)) == s for every byte string s,
 // ill-formed UTF-8 included, whose bytes the vocabulary can spell (see Tokenizer::spells_byte);
 // for SentencePiece, s must not contain U+2581 itself (it decodes as a space), and the prefix
-// space is restored only at the start of the text, as llama.cpp does.
+// space encode() adds (add_space_prefix) is taken off again only at the start of the text, as
+// llama.cpp does.
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -281,6 +282,13 @@ class Tokenizer {
         TokenId id;
         std::size_t length;
     };
+    // The special tokens that start with one byte, longest first, and their distinct lengths.
+    struct SpecialBucket {
+        std::vector<TokenId> ids;
+        std::vector<std::size_t> lengths;
+    };
+    // Up to this many tokens a bucket is scanned; a larger one is looked up by length.
+    static constexpr std::size_t scanned_bucket_max = 32;
     struct MergeRule {
         std::uint32_t rank;
         TokenId result;
@@ -404,21 +412,27 @@ class Tokenizer {
         }
     }
 
+    bool is_special(TokenId id) const {
+        return types_[id] == TokenType::control || types_[id] == TokenType::user_defined ||
+               types_[id] == TokenType::unknown;
+    }
+
     void build_specials() {
         for (std::size_t id = 0; id < texts_.size(); ++id) {
-            bool const special = types_[id] == TokenType::control ||
-                                 types_[id] == TokenType::user_defined ||
-                                 types_[id] == TokenType::unknown;
-            if (!special || texts_[id].empty()) continue;
-            specials_by_first_byte_[static_cast<std::uint8_t>(texts_[id][0])].push_back(
+            if (!is_special(static_cast<TokenId>(id)) || texts_[id].empty()) continue;
+            specials_by_first_byte_[static_cast<std::uint8_t>(texts_[id][0])].ids.push_back(
                 static_cast<TokenId>(id));
             has_specials_ = true;
         }
-        for (auto& bucket : specials_by_first_byte_) {
+        for (SpecialBucket& bucket : specials_by_first_byte_) {
             // Longest first, so the first match at a position is the longest one.
-            std::stable_sort(bucket.begin(), bucket.end(), [&](TokenId a, TokenId b) {
+            std::stable_sort(bucket.ids.begin(), bucket.ids.end(), [&](TokenId a, TokenId b) {
                 return texts_[a].size() > texts_[b].size();
             });
+            for (TokenId const id : bucket.ids) {
+                if (bucket.lengths.empty() || bucket.lengths.back() != texts_[id].size())
+                    bucket.lengths.push_back(texts_[id].size());
+            }
         }
     }
 
@@ -426,12 +440,25 @@ class Tokenizer {
     // ones, which are content.
     std::optional<SpecialMatch> special_at(std::string_view text, std::size_t pos,
                                            SpecialTokens specials) const {
-        for (TokenId const id : specials_by_first_byte_[static_cast<std::uint8_t>(text[pos])]) {
-            if (specials == SpecialTokens::as_text && types_[id] != TokenType::user_defined) {
-                continue;
+        auto const allowed = [&](TokenId id) {
+            return specials == SpecialTokens::parse || types_[id] == TokenType::user_defined;
+        };
+        SpecialBucket const& bucket = specials_by_first_byte_[static_cast<std::uint8_t>(text[pos])];
+        std::string_view const rest = text.substr(pos);
+        if (bucket.ids.size() <= scanned_bucket_max) {
+            for (TokenId const id : bucket.ids) {
+                if (allowed(id) && rest.starts_with(texts_[id]))
+                    return SpecialMatch{id, texts_[id].size()};
             }
-            if (text.substr(pos).starts_with(texts_[id]))
-                return SpecialMatch{id, texts_[id].size()};
+            return std::nullopt;
+        }
+        // Gemma has 6,000 control tokens starting with '<' (<unused0>..): one lookup per length
+        // instead of one comparison per token.
+        for (std::size_t const length : bucket.lengths) {
+            if (length > rest.size()) continue;
+            auto const it = id_by_text_.find(rest.substr(0, length));
+            if (it != id_by_text_.end() && is_special(it->second) && allowed(it->second))
+                return SpecialMatch{it->second, length};
         }
         return std::nullopt;
     }
@@ -550,7 +577,7 @@ class Tokenizer {
     std::array<TokenId, 256> byte_tokens_{};
     std::array<bool, 256> byte_spelled_{};
     std::unordered_map<std::uint64_t, MergeRule> merges_;
-    std::array<std::vector<TokenId>, 256> specials_by_first_byte_{};
+    std::array<SpecialBucket, 256> specials_by_first_byte_{};
     bool has_specials_ = false;
     std::shared_ptr<PieceCache> cache_;
 };
