@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <optional>
 #include <random>
@@ -338,6 +339,120 @@ BOOST_AUTO_TEST_CASE(files_pick_the_tokenizer_by_model) {
     auto const t = tok::tokenizer_from_gguf(file);
     BOOST_TEST((t.pre_tokenizer() == tok::PreTokenizer::gpt2));
     BOOST_TEST(t.encode("ab") == (std::vector<tok::TokenId>{2}));
+}
+
+// Every tokenizer.ggml.pre name llama.cpp knows (src/llama-vocab.cpp, as vendored in
+// llama-cpp-python 0.3.36): 91 names.
+constexpr std::array<std::string_view, 91> llama_cpp_pre_tokenizers{"a.x-4.0",
+                                                                    "afmoe",
+                                                                    "bailingmoe",
+                                                                    "bailingmoe2",
+                                                                    "bloom",
+                                                                    "chameleon",
+                                                                    "chatglm-bpe",
+                                                                    "codeshell",
+                                                                    "cohere2moe",
+                                                                    "command-r",
+                                                                    "dbrx",
+                                                                    "deepseek-coder",
+                                                                    "deepseek-llm",
+                                                                    "deepseek-r1-qwen",
+                                                                    "deepseek-v3",
+                                                                    "default",
+                                                                    "exaone",
+                                                                    "exaone-moe",
+                                                                    "exaone4",
+                                                                    "f2llmv2",
+                                                                    "falcon",
+                                                                    "falcon-h1",
+                                                                    "falcon3",
+                                                                    "gemma4",
+                                                                    "gigachat",
+                                                                    "glm4",
+                                                                    "glm5",
+                                                                    "gpt-2",
+                                                                    "gpt-4o",
+                                                                    "gpt3-finnish",
+                                                                    "granite-docling",
+                                                                    "granite-embed-multi-311m",
+                                                                    "granite-embed-multi-97m",
+                                                                    "grok-2",
+                                                                    "hunyuan",
+                                                                    "hunyuan-dense",
+                                                                    "hy_v4",
+                                                                    "jais",
+                                                                    "jais-2",
+                                                                    "jina-de",
+                                                                    "jina-es",
+                                                                    "jina-v1-en",
+                                                                    "jina-v2-code",
+                                                                    "jina-v2-de",
+                                                                    "jina-v2-es",
+                                                                    "jina-v5-nano",
+                                                                    "joyai-llm",
+                                                                    "kanana2",
+                                                                    "kimi-k2",
+                                                                    "kormo",
+                                                                    "laguna",
+                                                                    "lfm2",
+                                                                    "llada-moe",
+                                                                    "llama-bpe",
+                                                                    "llama-v3",
+                                                                    "llama3",
+                                                                    "llama4",
+                                                                    "megrez",
+                                                                    "mellum",
+                                                                    "mellum2",
+                                                                    "midm-2.0",
+                                                                    "minerva-7b",
+                                                                    "minicpm5",
+                                                                    "minimax-m2",
+                                                                    "modern-bert",
+                                                                    "mpt",
+                                                                    "olmo",
+                                                                    "phi-2",
+                                                                    "pixtral",
+                                                                    "poro-chat",
+                                                                    "qwen2",
+                                                                    "qwen35",
+                                                                    "refact",
+                                                                    "roberta-bpe",
+                                                                    "sarvam-moe",
+                                                                    "seed-coder",
+                                                                    "smaug-bpe",
+                                                                    "smollm",
+                                                                    "solar-open",
+                                                                    "spark2_5",
+                                                                    "stablelm2",
+                                                                    "starcoder",
+                                                                    "superbpe",
+                                                                    "talkie",
+                                                                    "tekken",
+                                                                    "tiny_aya",
+                                                                    "trillion",
+                                                                    "ufakzeka",
+                                                                    "viking",
+                                                                    "whitespace",
+                                                                    "youtu"};
+
+BOOST_AUTO_TEST_CASE(every_llama_cpp_pre_tokenizer_is_supported_or_refused) {
+    std::size_t accepted = 0;
+    for (std::string_view const name : llama_cpp_pre_tokenizers) {
+        try {
+            auto const pre = tok::pre_tokenizer_named(name);
+            ++accepted;
+            BOOST_TEST(
+                (pre == (name == "gpt-2" ? tok::PreTokenizer::gpt2 : tok::PreTokenizer::smollm)),
+                name);
+        } catch (tinfer::Error const& e) {
+            std::string_view const what = e.what();
+            BOOST_TEST(
+                what.find("'" + std::string(name) + "' is not supported") != std::string_view::npos,
+                what);
+            BOOST_TEST(what.ends_with("supported: gpt-2, smollm, starcoder"), what);
+        }
+    }
+    BOOST_TEST(accepted == 3u);  // gpt-2, smollm, starcoder
 }
 
 BOOST_AUTO_TEST_CASE(gpt2_and_smollm_pre_tokenizers_are_accepted) {
