@@ -16,8 +16,8 @@
 
 namespace tinfer::kernels {
 
-// How the bytes at `data` are arranged: as the GGUF stores the rows, or repacked into 4-row
-// strips for int8 products (kernels/int8_dot.hpp; Q4_0, Q4_1 and Q8_0 only).
+// How the bytes at `data` are arranged: as the GGUF stores the rows, or repacked into 16-row
+// strips for int8 products (kernels/int8_dot.hpp; the types has_int8_dot names).
 enum class WeightLayout { gguf, int8_strips };
 
 struct WeightMatrix {
