@@ -6,9 +6,16 @@
 // gives a new request the blocks of a prompt prefix seen before, and a sequence about to write
 // into a shared block first copies it (copy-on-write).
 //
-// Storage of one block, for every layer: the K vectors of each KV head for the block's tokens,
-// then the V vectors likewise: [layers][K, V][kv_heads][BlockSize][vector bytes]. A head's
-// tokens are adjacent, so a view gathers a run of tokens block by block.
+// Layer groups (layer_groups.hpp): a model whose layers all attend globally has one group, and
+// a block holds every layer: [layers][K, V][kv_heads][BlockSize][vector bytes]. A model with
+// sliding-window layers has several groups of `layers_per_group` layers of one kind each, all
+// drawing same-sized blocks from the one pool; a block holds one group's layers, and a table
+// holds one entry per logical block and group, [logical block][group]. A sliding group keeps
+// only the blocks its window can still see: when the sequence reserves room to grow, the
+// sliding groups' blocks wholly before (tokens - window + 1) go back to the pool and their
+// entries read `dropped` (a view returns zeros there: attention masks those keys, but it loads
+// whole tiles, which may reach below the window). Global groups keep every block. A head's
+// tokens are adjacent inside a block, so a view gathers a run of tokens block by block.
 //
 // Sequences are slots (ints) handed out by `admit`; the caller (scheduler) makes room with
 // `reserve` before the model writes, so `write` (the KvStore contract) never allocates except
@@ -25,12 +32,14 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <tinfer/config/validate.hpp>
 #include <tinfer/core/error.hpp>
 #include <tinfer/kv/block_pool.hpp>
 #include <tinfer/kv/codec.hpp>
+#include <tinfer/kv/layer_groups.hpp>
 #include <tinfer/kv/prefix_cache.hpp>
 
 namespace tinfer::kv {
@@ -46,33 +55,91 @@ template <ModelConfig Cfg, int BlockSize, KvCodec<Cfg.head_dim> KCodec = Fp32Cod
 requires ModelShape<Cfg>
 class PagedKvCache {
     static_assert(BlockSize > 0, "PagedKvCache: BlockSize must be positive");
+    using Groups = LayerGroups<Cfg>;
 
   public:
     static constexpr ModelConfig config = Cfg;
     static constexpr int block_size = BlockSize;
+    // Layer groups: 1 without sliding layers (every block holds every layer).
+    static constexpr int group_count = Groups::count;
+    static constexpr int layers_per_group = Groups::layers_per_group;
+    static constexpr bool has_sliding = Groups::has_sliding;
+    static constexpr int sliding_window = Groups::window;  // 0 without sliding layers
+    // A sliding group's table entry for a block it released (outside the window).
+    static constexpr BlockId dropped = PrefixCache<BlockSize, group_count>::no_block;
+
     static constexpr std::size_t key_vector_bytes = KCodec::template vector_bytes<Cfg.head_dim>;
     static constexpr std::size_t value_vector_bytes = VCodec::template vector_bytes<Cfg.head_dim>;
     // One token of one layer: K and V of every KV head.
     static constexpr std::size_t layer_token_bytes =
         static_cast<std::size_t>(Cfg.kv_heads) * (key_vector_bytes + value_vector_bytes);
+    // One token of every layer (what a position costs while every group holds it).
     static constexpr std::size_t bytes_per_token = Cfg.layers * layer_token_bytes;
-    static constexpr std::size_t bytes_per_block = bytes_per_token * BlockSize;
+    // One block: BlockSize tokens of one group's layers (of every layer with one group).
+    static constexpr std::size_t bytes_per_block = layers_per_group * layer_token_bytes * BlockSize;
 
-    // Blocks to hold `tokens` tokens.
-    static constexpr int blocks_for(std::int64_t tokens) {
+    static constexpr int group_of(int layer) { return Groups::group_of(layer); }
+    static constexpr bool is_sliding_group(int group) { return Groups::is_sliding_group(group); }
+
+    // Logical blocks of `tokens` positions (each has one block per group).
+    static constexpr int logical_blocks_for(std::int64_t tokens) {
         return static_cast<int>((tokens + BlockSize - 1) / BlockSize);
+    }
+    // Leading logical blocks a sliding group need not hold once `tokens` positions are written:
+    // those wholly before the window of the next query (at `tokens`). 0 without sliding layers.
+    static constexpr int window_first_block(std::int64_t tokens) {
+        if constexpr (!has_sliding) {
+            return 0;
+        } else {
+            std::int64_t const first = tokens - sliding_window + 1;
+            return first <= 0 ? 0 : static_cast<int>(first / BlockSize);
+        }
+    }
+
+    // Blocks to reserve `tokens` positions in an empty sequence: every group's, since the
+    // first query sees position 0. The scheduler's price of a fresh prefill.
+    static constexpr int blocks_for(std::int64_t tokens) {
+        return group_count * logical_blocks_for(tokens);
+    }
+    // Blocks a sequence with `tokens` written positions holds at least: every global block and
+    // the sliding blocks of the next query's window; what export_blocks writes.
+    static constexpr int held_blocks_for(std::int64_t tokens) {
+        int const blocks = logical_blocks_for(tokens);
+        return Groups::global_groups * blocks +
+               Groups::sliding_groups * (blocks - window_first_block(tokens));
+    }
+    // The fewest blocks a sequence that grows to `tokens` positions must hold at once: its peak
+    // when it reserves one position at a time (a longer prefill chunk needs more).
+    static constexpr int min_blocks_for(std::int64_t tokens) {
+        if constexpr (!has_sliding) {
+            return blocks_for(tokens);
+        } else {
+            int most = 0;
+            // Past the first window the count repeats every block: the last W + B steps
+            // include its maximum.
+            std::int64_t const from =
+                std::max<std::int64_t>(0, tokens - 1 - sliding_window - BlockSize);
+            for (std::int64_t t = from; t < tokens; ++t) {  // reserve(t + 1) with t written
+                int const blocks = logical_blocks_for(t + 1);
+                most =
+                    std::max(most, Groups::global_groups * blocks +
+                                       Groups::sliding_groups * (blocks - window_first_block(t)));
+            }
+            return most;
+        }
     }
 
     // One sequence's K and V for one layer, decoded to float (satisfies KvView). It reads the
     // block table in place: valid until that sequence is next reserved, truncated or released.
+    // Positions in a block the layer's group released read as zeros.
     class View {
       public:
         int tokens() const { return tokens_; }
         void load_keys(int kv_head, int first, int count, float* out) const {
-            load<KCodec, key_vector_bytes>(key_offset(kv_head), first, count, out);
+            load<KCodec, key_vector_bytes>(key_offset(layer_, kv_head, 0), first, count, out);
         }
         void load_values(int kv_head, int first, int count, float* out) const {
-            load<VCodec, value_vector_bytes>(value_offset(kv_head), first, count, out);
+            load<VCodec, value_vector_bytes>(value_offset(layer_, kv_head, 0), first, count, out);
         }
 
       private:
@@ -80,25 +147,29 @@ class PagedKvCache {
         View(std::byte const* storage, std::span<BlockId const> table, int tokens, int layer)
             : storage_(storage), table_(table), tokens_(tokens), layer_(layer) {}
 
-        std::size_t key_offset(int kv_head) const {
-            return PagedKvCache::key_offset(layer_, kv_head, 0);
-        }
-        std::size_t value_offset(int kv_head) const {
-            return PagedKvCache::value_offset(layer_, kv_head, 0);
-        }
-
         // out: [count][head_dim], tokens first .. first+count-1 of this head.
         template <class Codec, std::size_t VectorBytes>
         void load(std::size_t head_offset, int first, int count, float* out) const {
+            int const group = group_of(layer_);
             int position = first;
             int const end = first + count;
             while (position < end) {
                 int const slot = position % BlockSize;
                 int const run = std::min(end - position, BlockSize - slot);  // within one block
+                BlockId const block =
+                    table_[static_cast<std::size_t>(position / BlockSize) * group_count +
+                           static_cast<std::size_t>(group)];
+                if constexpr (has_sliding) {
+                    if (block == dropped) {
+                        std::fill_n(out, static_cast<std::size_t>(run) * Cfg.head_dim, 0.0f);
+                        out += static_cast<std::size_t>(run) * Cfg.head_dim;
+                        position += run;
+                        continue;
+                    }
+                }
                 std::byte const* vector =
-                    storage_ +
-                    static_cast<std::size_t>(table_[position / BlockSize]) * bytes_per_block +
-                    head_offset + static_cast<std::size_t>(slot) * VectorBytes;
+                    storage_ + static_cast<std::size_t>(block) * bytes_per_block + head_offset +
+                    static_cast<std::size_t>(slot) * VectorBytes;
                 for (int i = 0; i < run; ++i, vector += VectorBytes, out += Cfg.head_dim) {
                     Codec::template decode<Cfg.head_dim>(vector, out);
                 }
@@ -114,7 +185,8 @@ class PagedKvCache {
 
     // As many blocks as `budget_bytes` holds. A budget below one block is a configuration
     // error (tinfer::Error).
-    explicit PagedKvCache(std::size_t budget_bytes) : pool_(checked_block_count(budget_bytes)) {
+    explicit PagedKvCache(std::size_t budget_bytes)
+        : pool_(checked_block_count(budget_bytes)), prefix_(sliding_groups_mask()) {
         storage_.resize(static_cast<std::size_t>(pool_.total_blocks()) * bytes_per_block);
     }
 
@@ -125,12 +197,15 @@ class PagedKvCache {
     // refused here with tinfer::RequestError: admitting it would only fail later, after work.
     int admit(int max_tokens) {
         check_admissible(max_tokens);
-        return start_sequence({}, 0, max_tokens);
+        return start_sequence({}, 0, max_tokens, 0);
     }
 
     // As admit(max_tokens), and starts the sequence with the longest cached prefix of the
     // prompt. At least the prompt's last token is left to compute: the model needs its logits
-    // to produce the first output token.
+    // to produce the first output token. With sliding layers a cached prefix of L tokens is
+    // usable only while the tree still holds the sliding blocks of the window of position L
+    // (the first one computed); the deepest such L is taken, and the sequence starts without
+    // the sliding blocks before that window.
     Admission admit(std::span<int const> prompt, int max_tokens) {
         check_admissible(max_tokens);
         if (static_cast<std::int64_t>(prompt.size()) > max_tokens) {
@@ -139,15 +214,17 @@ class PagedKvCache {
                                "-token limit");
         }
         std::size_t const matchable = prompt.empty() ? 0 : prompt.size() - 1;
-        auto match = prefix_.match(prompt.first(matchable), pool_);
-        int const seq = start_sequence(std::move(match.blocks), match.tokens, max_tokens);
+        auto match = prefix_.match(prompt.first(matchable), pool_, usable_prefix);
+        int const seq = start_sequence(std::move(match.blocks), match.tokens, max_tokens,
+                                       window_first_block(match.tokens));
         return {.seq = seq, .cached_tokens = match.tokens};
     }
 
     // Makes positions [reserved, new_length) writable: allocates the blocks they fall in, and
-    // copies the partly filled last block if it is shared. Returns false, changing nothing,
-    // when the pool cannot supply the blocks even after evicting the prefix cache: the caller
-    // preempts someone and retries. A shorter new_length is a no-op.
+    // copies the partly filled last block if it is shared. The sliding groups first release
+    // their blocks before the window of the next query (at tokens(seq)). Returns false,
+    // changing nothing, when the pool cannot supply the blocks even after evicting the prefix
+    // cache: the caller preempts someone and retries. A shorter new_length is a no-op.
     bool reserve(int seq, int new_length) {
         Sequence& s = live(seq);
         if (new_length > s.max_tokens) {
@@ -156,24 +233,32 @@ class PagedKvCache {
                                    " the sequence was admitted with");
         }
         if (new_length <= s.reserved) return true;
-        bool const copy_last = needs_copy_of_last_block(s);
         int const needed = blocks_needed(seq, new_length);
         // Refuse before evicting anything from the prefix cache for a growth that cannot fit.
         if (needed > pool_.free_blocks() && needed > available_blocks()) return false;
+        if constexpr (has_sliding) drop_before(s, drop_target(s));
 
+        int const copies = copies_of_last_block(s);
+        int const fresh_count = blocks_for(new_length) - static_cast<int>(s.table.size()) + copies;
         std::vector<BlockId> fresh;
-        fresh.reserve(static_cast<std::size_t>(needed));
-        for (int i = 0; i < needed; ++i) {
+        fresh.reserve(static_cast<std::size_t>(fresh_count));
+        for (int i = 0; i < fresh_count; ++i) {
             auto const block = allocate_block();
             if (!block) {
                 throw std::logic_error("PagedKvCache::reserve: the pool ran dry after " +
                                        std::to_string(fresh.size()) + " of " +
-                                       std::to_string(needed) + " blocks that were available");
+                                       std::to_string(fresh_count) + " blocks that were available");
             }
             fresh.push_back(*block);
         }
         auto next = fresh.begin();
-        if (copy_last) replace_with_copy(s.table.back(), *next++);
+        if (copies > 0) {
+            std::size_t const last = s.table.size() - group_count;
+            for (std::size_t g = 0; g < group_count; ++g) {
+                BlockId& entry = s.table[last + g];
+                if (entry != dropped && pool_.is_shared(entry)) replace_with_copy(entry, *next++);
+            }
+        }
         s.table.insert(s.table.end(), next, fresh.end());
         s.reserved = new_length;
         return true;
@@ -184,7 +269,9 @@ class PagedKvCache {
     int fork(int parent) {
         Sequence const& source = live(parent);
         Sequence child = source;
-        for (BlockId const b : child.table) pool_.retain(b);
+        for (BlockId const b : child.table) {
+            if (b != dropped) pool_.retain(b);
+        }
         int const seq = new_slot();
         sequences_[index(seq)] = std::move(child);
         return seq;
@@ -192,7 +279,8 @@ class PagedKvCache {
 
     // Keeps the first `length` positions (rejected speculative tokens are dropped); blocks
     // past them go back to the pool (or stay with their other owners). A length at or past
-    // the reservation changes nothing.
+    // the reservation changes nothing. With sliding layers the window of the next query (at
+    // `length`) must still be held: truncating to before a released block is a logic_error.
     void truncate(int seq, int length) {
         Sequence& s = live(seq);
         if (length < 0) {
@@ -200,9 +288,24 @@ class PagedKvCache {
                                    " tokens");
         }
         if (length >= s.reserved) return;
-        auto const kept = static_cast<std::size_t>(blocks_for(length));
-        for (std::size_t i = kept; i < s.table.size(); ++i) pool_.release(s.table[i]);
+        if constexpr (has_sliding) {
+            if (length > 0 && length - sliding_window + 1 < s.sliding_from) {
+                throw std::logic_error(
+                    "PagedKvCache::truncate to " + std::to_string(length) +
+                    " tokens: the sliding layers' window of that position starts at " +
+                    std::to_string(std::max(0, length - sliding_window + 1)) +
+                    ", but the sliding layers hold only positions from " +
+                    std::to_string(s.sliding_from));
+            }
+        }
+        int const kept_blocks = logical_blocks_for(length);
+        auto const kept = static_cast<std::size_t>(kept_blocks) * group_count;
+        for (std::size_t i = kept; i < s.table.size(); ++i) {
+            if (s.table[i] != dropped) pool_.release(s.table[i]);
+        }
         s.table.resize(kept);
+        s.dropped_blocks = std::min(s.dropped_blocks, kept_blocks);
+        if (length == 0) s.sliding_from = 0;
         s.reserved = length;
         for (int& w : s.written) w = std::min(w, length);
     }
@@ -214,6 +317,10 @@ class PagedKvCache {
     // positions (see ContiguousKvCache::retain_slots). A shared block about to receive a moved
     // token is copied first, so forks and the prefix cache keep their tokens; when the pool
     // cannot supply those copies nothing changes and tinfer::Error is thrown.
+    // With sliding layers, the slots the next query's window sees (the last window - 1 kept)
+    // must come from positions the sliding groups still hold (a policy that keeps at least the
+    // last window - 1 tokens always does); otherwise tinfer::Error, and nothing changes. The
+    // sliding groups then release the blocks before the new window.
     void retain_slots(int seq, std::span<int const> kept) {
         Sequence& s = live(seq);
         int const length = written_in_all_layers(s);
@@ -225,50 +332,100 @@ class PagedKvCache {
                     std::to_string(kept[i]));
             }
         }
-        // Blocks that receive a moved token and are shared: each needs a private copy first.
-        std::vector<std::size_t> to_copy;
-        for (std::size_t i = 0; i < kept.size(); ++i) {
-            std::size_t const block = i / BlockSize;
-            if (kept[i] != static_cast<int>(i) && pool_.is_shared(s.table[block]) &&
-                (to_copy.empty() || to_copy.back() != block)) {
-                to_copy.push_back(block);
+        int const n = static_cast<int>(kept.size());
+        int const new_blocks = logical_blocks_for(n);
+        int const held_from = s.sliding_from;  // sliding groups hold these positions' KV
+        int const new_dropped = window_first_block(n);
+        if constexpr (has_sliding) {
+            for (int i = std::max(0, n - sliding_window + 1); i < n; ++i) {
+                if (kept[static_cast<std::size_t>(i)] < held_from) {
+                    throw Error("PagedKvCache::retain_slots: slot " + std::to_string(i) +
+                                " is inside the sliding window (" + std::to_string(sliding_window) +
+                                " tokens) of the next query but would hold position " +
+                                std::to_string(kept[static_cast<std::size_t>(i)]) +
+                                ", whose sliding-layer KV was released; an eviction policy must "
+                                "keep the last " +
+                                std::to_string(sliding_window - 1) + " tokens");
+                }
             }
         }
-        if (static_cast<int>(to_copy.size()) > available_blocks()) {
-            throw Error("PagedKvCache::retain_slots: " + std::to_string(to_copy.size()) +
-                        " shared blocks need copies, the pool has " +
+        // Entries that need a block of their own first: shared blocks that receive a moved
+        // token (copied), and sliding blocks back inside the window that were released (fresh).
+        std::vector<std::size_t> to_copy, to_allocate;  // table indices
+        for (int j = 0; j < new_blocks; ++j) {
+            bool receives = false;
+            for (int i = j * BlockSize; i < std::min(n, (j + 1) * BlockSize); ++i) {
+                receives = receives || kept[static_cast<std::size_t>(i)] != i;
+            }
+            for (int g = 0; g < group_count; ++g) {
+                if (is_sliding_group(g) && j < new_dropped) continue;  // released below
+                std::size_t const at = entry_index(j, g);
+                if (s.table[at] == dropped) {
+                    to_allocate.push_back(at);
+                } else if (receives && pool_.is_shared(s.table[at])) {
+                    to_copy.push_back(at);
+                }
+            }
+        }
+        int const wanted = static_cast<int>(to_copy.size() + to_allocate.size());
+        if (wanted > available_blocks()) {
+            throw Error("PagedKvCache::retain_slots: " + std::to_string(wanted) +
+                        " blocks need copies or fresh room, the pool has " +
                         std::to_string(available_blocks()));
         }
-        for (std::size_t const block : to_copy) {
-            auto const copy = allocate_block();
-            if (!copy) {
-                throw std::logic_error("PagedKvCache::retain_slots: the pool ran dry");
-            }
-            replace_with_copy(s.table[block], *copy);
+        for (std::size_t const at : to_copy) replace_with_copy(s.table[at], take_block());
+        for (std::size_t const at : to_allocate) {
+            s.table[at] = take_block();
+            std::memset(block_data(s.table[at]), 0, bytes_per_block);  // out of window: zeros
         }
         // kept[i] >= i: moving forward never overwrites a token still to be moved.
-        for (std::size_t i = 0; i < kept.size(); ++i) {
-            if (kept[i] != static_cast<int>(i)) move_token(s, kept[i], static_cast<int>(i));
+        for (int i = 0; i < n; ++i) {
+            int const from = kept[static_cast<std::size_t>(i)];
+            if (from == i) continue;
+            for (int g = 0; g < group_count; ++g) {
+                if (is_sliding_group(g) && i / BlockSize < new_dropped) continue;
+                if (is_sliding_group(g) && from < held_from) {
+                    clear_token(s, g, i);  // outside the new window (checked above)
+                } else {
+                    move_token(s, g, from, i);
+                }
+            }
         }
-        int const new_length = static_cast<int>(kept.size());
-        auto const blocks = static_cast<std::size_t>(blocks_for(new_length));
-        for (std::size_t i = blocks; i < s.table.size(); ++i) pool_.release(s.table[i]);
-        s.table.resize(blocks);
-        s.reserved = new_length;
-        s.written.fill(new_length);
+        for (std::size_t at = static_cast<std::size_t>(new_blocks) * group_count;
+             at < s.table.size(); ++at) {
+            if (s.table[at] != dropped) pool_.release(s.table[at]);
+        }
+        s.table.resize(static_cast<std::size_t>(new_blocks) * group_count);
+        if constexpr (has_sliding) {
+            s.dropped_blocks = std::min(s.dropped_blocks, new_blocks);
+            drop_before(s, new_dropped);
+            s.dropped_blocks = new_dropped;
+            // Slots whose source the sliding groups did not hold now hold zeros: the kept
+            // positions below held_from (all outside the window, checked above).
+            s.sliding_from =
+                std::max(new_dropped * BlockSize,
+                         static_cast<int>(std::lower_bound(kept.begin(), kept.end(), held_from) -
+                                          kept.begin()));
+        }
+        s.reserved = n;
+        s.written.fill(n);
     }
 
     // The sequence ended (or was preempted): its blocks return to the pool, except those the
     // prefix cache or other sequences still hold.
     void release(int seq) {
         Sequence& s = live(seq);
-        for (BlockId const b : s.table) pool_.release(b);
+        for (BlockId const b : s.table) {
+            if (b != dropped) pool_.release(b);
+        }
         s = Sequence{};
         free_slots_.push_back(seq);
     }
 
     // Offers the sequence's full blocks to the prefix cache; tokens[i] is the token at position
-    // i, and only positions written in every layer may be offered.
+    // i, and only positions written in every layer may be offered. Sliding blocks the sequence
+    // has released are not offered, so offering a prompt's prefix right after its prefill keeps
+    // the window at its end reusable.
     int cache_prefix(int seq, std::span<int const> tokens) {
         Sequence const& s = live(seq);
         if (static_cast<std::int64_t>(tokens.size()) > written_in_all_layers(s)) {
@@ -276,36 +433,57 @@ class PagedKvCache {
                                    " tokens offered, sequence has written " +
                                    std::to_string(written_in_all_layers(s)));
         }
+        if constexpr (has_sliding) {
+            // Blocks with positions before sliding_from (cleared by token eviction) would
+            // offer KV the sliding layers no longer hold: those entries stay out.
+            if (s.sliding_from > s.dropped_blocks * BlockSize) {
+                std::vector<BlockId> offered = s.table;
+                for (int j = 0;
+                     j * BlockSize < s.sliding_from && j < logical_blocks_for(s.reserved); ++j) {
+                    for (int g = 0; g < group_count; ++g) {
+                        if (is_sliding_group(g)) offered[entry_index(j, g)] = dropped;
+                    }
+                }
+                return prefix_.insert(tokens, offered, pool_);
+            }
+        }
         return prefix_.insert(tokens, s.table, pool_);
     }
 
     // More blocks `seq` needs to reserve `new_length` positions: new blocks, plus a copy of its
-    // partly filled last block when that is shared (0 when it already has them).
+    // partly filled last block when that is shared, less the sliding blocks that reserve would
+    // release first and that no one else holds (0 when it already has them; never negative, so
+    // one sequence's release is never promised to another).
     int blocks_needed(int seq, int new_length) const {
         Sequence const& s = live(seq);
         if (new_length <= s.reserved) return 0;
-        return blocks_for(new_length) - static_cast<int>(s.table.size()) +
-               (needs_copy_of_last_block(s) ? 1 : 0);
+        int needed =
+            blocks_for(new_length) - static_cast<int>(s.table.size()) + copies_of_last_block(s);
+        if constexpr (has_sliding) needed -= released_by_drop(s, drop_target(s));
+        return std::max(0, needed);
     }
 
     // Blocks that would return to the pool if `seq` were released now (those it shares with
     // other sequences or the prefix cache would not).
     int reclaimable_blocks(int seq) const {
         auto const& table = live(seq).table;
-        return static_cast<int>(std::count_if(table.begin(), table.end(),
-                                              [&](BlockId b) { return pool_.ref_count(b) == 1; }));
+        return static_cast<int>(std::count_if(table.begin(), table.end(), [&](BlockId b) {
+            return b != dropped && pool_.ref_count(b) == 1;
+        }));
     }
 
     // Blocks a reservation can take now: free ones and those the prefix cache would evict.
     int available_blocks() const { return pool_.free_blocks() + prefix_.evictable_blocks(pool_); }
 
-    // Evicts up to `blocks` unreferenced prefix-cache blocks; returns how many were freed.
+    // Evicts up to `blocks` unreferenced prefix-cache blocks (with several layer groups, a
+    // node's blocks go together, so up to group_count - 1 more); returns how many were freed.
     int evict_cached(int blocks) { return prefix_.evict(blocks, pool_); }
 
     // ---- the KvStore contract ----
 
     // k, v: [kv_heads][head_dim] for the token at `position`, which must be reserved and
-    // leave no gap after the positions this layer holds (rewriting one is allowed).
+    // leave no gap after the positions this layer holds (rewriting one is allowed), and, in a
+    // sliding layer, lie in a block its group still holds.
     void write(int seq, int layer, int position, float const* k, float const* v) {
         Sequence& s = live(seq);
         if (layer < 0 || layer >= Cfg.layers || position < 0 || position >= s.reserved ||
@@ -319,7 +497,15 @@ class PagedKvCache {
                            " written in that layer"
                      : std::string(" (the model has ") + std::to_string(Cfg.layers) + " layers)"));
         }
-        BlockId& block = s.table[static_cast<std::size_t>(position / BlockSize)];
+        BlockId& block = s.table[entry_index(position / BlockSize, group_of(layer))];
+        if constexpr (has_sliding) {
+            if (block == dropped) {
+                throw std::logic_error("PagedKvCache::write at layer " + std::to_string(layer) +
+                                       ", position " + std::to_string(position) +
+                                       ": the sliding layer released that block (its window "
+                                       "had passed)");
+            }
+        }
         if (pool_.is_shared(block)) {
             auto const copy = allocate_block();
             if (!copy) {
@@ -331,7 +517,7 @@ class PagedKvCache {
             }
             replace_with_copy(block, *copy);
         }
-        std::byte* base = storage_.data() + static_cast<std::size_t>(block) * bytes_per_block;
+        std::byte* base = block_data(block);
         auto const slot = static_cast<std::size_t>(position % BlockSize);
         for (int h = 0; h < Cfg.kv_heads; ++h) {
             KCodec::template encode<Cfg.head_dim>(k + h * Cfg.head_dim,
@@ -351,15 +537,20 @@ class PagedKvCache {
     // ---- moving a sequence's KV out and back (swap to host, prefill/decode hand-off) ----
 
     // Appends the bytes of the blocks holding the sequence's written positions to `out`, in
-    // table order, and returns how many positions they hold. The sequence is left as it is.
+    // table order ([logical block][group]; a sliding group's blocks before the window of the
+    // next query are left out: held_blocks_for(tokens) blocks in all), and returns how many
+    // positions they hold. The sequence is left as it is.
     int export_blocks(int seq, std::vector<std::byte>& out) const {
         Sequence const& s = live(seq);
         int const tokens = written_in_all_layers(s);
-        auto const blocks = static_cast<std::size_t>(blocks_for(tokens));
-        for (std::size_t i = 0; i < blocks; ++i) {
-            std::byte const* block = storage_.data() + static_cast<std::size_t>(s.table[i]) *
-                                                           bytes_per_block;
-            out.insert(out.end(), block, block + bytes_per_block);
+        int const blocks = logical_blocks_for(tokens);
+        int const first = window_first_block(tokens);
+        for (int j = 0; j < blocks; ++j) {
+            for (int g = 0; g < group_count; ++g) {
+                if (is_sliding_group(g) && j < first) continue;
+                std::byte const* block = block_data(s.table[entry_index(j, g)]);
+                out.insert(out.end(), block, block + bytes_per_block);
+            }
         }
         return tokens;
     }
@@ -369,26 +560,36 @@ class PagedKvCache {
     // cannot supply the blocks; a malformed payload is a tinfer::Error.
     std::optional<int> import_blocks(std::span<std::byte const> bytes, int tokens, int max_tokens) {
         check_admissible(max_tokens);
-        auto const blocks = static_cast<std::size_t>(blocks_for(tokens));
-        if (tokens < 0 || tokens > max_tokens || bytes.size() != blocks * bytes_per_block) {
+        if (tokens < 0 || tokens > max_tokens ||
+            bytes.size() != static_cast<std::size_t>(held_blocks_for(tokens)) * bytes_per_block) {
             throw Error("PagedKvCache::import_blocks: " + std::to_string(bytes.size()) +
                         " bytes for " + std::to_string(tokens) + " tokens; expected " +
-                        std::to_string(blocks * bytes_per_block) + " (" +
-                        std::to_string(blocks) + " blocks of " + std::to_string(bytes_per_block) +
-                        ")");
+                        std::to_string(static_cast<std::size_t>(held_blocks_for(tokens)) *
+                                       bytes_per_block) +
+                        " (" + std::to_string(held_blocks_for(tokens)) + " blocks of " +
+                        std::to_string(bytes_per_block) + ")");
         }
-        if (static_cast<int>(blocks) > available_blocks()) return std::nullopt;
-        int const seq = start_sequence({}, 0, max_tokens);
-        if (!reserve(seq, tokens)) {
-            release(seq);
-            return std::nullopt;
+        if (held_blocks_for(tokens) > available_blocks()) return std::nullopt;
+        int const blocks = logical_blocks_for(tokens);
+        int const first = window_first_block(tokens);
+        std::vector<BlockId> table(static_cast<std::size_t>(blocks) * group_count, dropped);
+        std::size_t offset = 0;
+        for (int j = 0; j < blocks; ++j) {
+            for (int g = 0; g < group_count; ++g) {
+                if (is_sliding_group(g) && j < first) continue;
+                BlockId const block = take_block();
+                std::memcpy(block_data(block), bytes.data() + offset, bytes_per_block);
+                offset += bytes_per_block;
+                table[entry_index(j, g)] = block;
+            }
         }
-        Sequence& s = live(seq);
-        for (std::size_t i = 0; i < blocks; ++i) {
-            std::memcpy(storage_.data() + static_cast<std::size_t>(s.table[i]) * bytes_per_block,
-                        bytes.data() + i * bytes_per_block, bytes_per_block);
+        int const seq = start_sequence(std::move(table), tokens, max_tokens, first);
+        // The payload does not say whether its sliding positions before the window were valid
+        // (token eviction may have cleared them): only the window is vouched for.
+        if constexpr (has_sliding) {
+            Sequence& s = live(seq);
+            s.sliding_from = std::max(s.sliding_from, std::max(0, tokens - sliding_window + 1));
         }
-        s.written.fill(tokens);
         return seq;
     }
 
@@ -398,7 +599,13 @@ class PagedKvCache {
     int reserved(int seq) const { return live(seq).reserved; }
     // Positions every layer holds.
     int tokens(int seq) const { return written_in_all_layers(live(seq)); }
+    // [logical block][group] -> physical block, `dropped` where a sliding group released it.
     std::span<BlockId const> block_table(int seq) const { return live(seq).table; }
+    // Leading logical blocks whose sliding-group blocks were released (0 without sliding).
+    int dropped_blocks(int seq) const { return live(seq).dropped_blocks; }
+    // The first position whose KV the sliding layers hold (0 without sliding): at most the
+    // start of the next query's window; earlier positions read zeros or stale values.
+    int sliding_from(int seq) const { return live(seq).sliding_from; }
     bool is_live(int seq) const {
         return seq >= 0 && index(seq) < sequences_.size() && sequences_[index(seq)].live;
     }
@@ -407,19 +614,22 @@ class PagedKvCache {
     int total_blocks() const { return pool_.total_blocks(); }
     int free_blocks() const { return pool_.free_blocks(); }
     int used_blocks() const { return pool_.used_blocks(); }
+    // Positions the pool holds in every layer (with several groups: if every group kept them).
     std::int64_t capacity_tokens() const {
-        return static_cast<std::int64_t>(pool_.total_blocks()) * BlockSize;
+        return static_cast<std::int64_t>(pool_.total_blocks() / group_count) * BlockSize;
     }
 
     // Token slots of used blocks that a live sequence has reserved (written, or being written
-    // this step); a block shared by forks counts once, one held only by the prefix cache not.
+    // this step), over all groups (a position counts once per group holding it); a block shared
+    // by forks counts once, one held only by the prefix cache not.
     std::int64_t live_tokens() const {
         std::vector<int> filled(static_cast<std::size_t>(pool_.total_blocks()), 0);
         for (Sequence const& s : sequences_) {
             if (!s.live) continue;
             for (std::size_t i = 0; i < s.table.size(); ++i) {
-                int const in_block =
-                    std::min<int>(BlockSize, s.reserved - static_cast<int>(i) * BlockSize);
+                if (s.table[i] == dropped) continue;
+                int const block = static_cast<int>(i / group_count);
+                int const in_block = std::min<int>(BlockSize, s.reserved - block * BlockSize);
                 int& f = filled[static_cast<std::size_t>(s.table[i])];
                 f = std::max(f, in_block);
             }
@@ -437,19 +647,100 @@ class PagedKvCache {
     }
 
     BlockPool const& pool() const { return pool_; }
-    PrefixCache<BlockSize> const& prefix_cache() const { return prefix_; }
+    PrefixCache<BlockSize, group_count> const& prefix_cache() const { return prefix_; }
 
   private:
     struct Sequence {
-        std::vector<BlockId> table;             // logical block i -> physical block
+        std::vector<BlockId> table;             // [logical block][group] -> physical block
         int reserved = 0;                       // positions 0 .. reserved-1 have blocks
         std::array<int, Cfg.layers> written{};  // [layers]: positions 0 .. written-1 hold KV
         int max_tokens = 0;
+        int dropped_blocks = 0;  // sliding groups released logical blocks 0 .. this-1
+        int sliding_from = 0;    // sliding groups hold the KV of positions from this one on
         bool live = false;
     };
 
-    bool needs_copy_of_last_block(Sequence const& s) const {
-        return s.reserved % BlockSize != 0 && pool_.is_shared(s.table.back());
+    static constexpr std::size_t entry_index(int block, int group) {
+        return static_cast<std::size_t>(block) * group_count + static_cast<std::size_t>(group);
+    }
+
+    static constexpr std::array<bool, group_count> sliding_groups_mask() {
+        std::array<bool, group_count> mask{};
+        for (int g = 0; g < group_count; ++g)
+            mask[static_cast<std::size_t>(g)] = is_sliding_group(g);
+        return mask;
+    }
+
+    // The prefix-cache path a sliding model can reuse: the deepest k blocks whose sliding
+    // entries cover the window of position k*BlockSize; the sliding entries before that window
+    // are left in the tree (not retained).
+    static int usable_prefix(std::span<BlockId> path, int blocks) {
+        if constexpr (!has_sliding) {
+            return blocks;
+        } else {
+            for (int k = blocks; k > 0; --k) {
+                int const first = window_first_block(static_cast<std::int64_t>(k) * BlockSize);
+                bool usable = true;
+                for (int j = 0; j < k && usable; ++j) {
+                    for (int g = 0; g < group_count && usable; ++g) {
+                        bool const needed = !is_sliding_group(g) || j >= first;
+                        usable = !needed || path[entry_index(j, g)] != dropped;
+                    }
+                }
+                if (!usable) continue;
+                for (int j = 0; j < first; ++j) {
+                    for (int g = 0; g < group_count; ++g) {
+                        if (is_sliding_group(g)) path[entry_index(j, g)] = dropped;
+                    }
+                }
+                return k;
+            }
+            return 0;
+        }
+    }
+
+    // Copies of shared blocks the last, partly filled logical block needs before a write.
+    int copies_of_last_block(Sequence const& s) const {
+        if (s.reserved % BlockSize == 0) return 0;
+        int copies = 0;
+        std::size_t const last = s.table.size() - group_count;
+        for (std::size_t g = 0; g < group_count; ++g) {
+            BlockId const b = s.table[last + g];
+            copies += b != dropped && pool_.is_shared(b) ? 1 : 0;
+        }
+        return copies;
+    }
+
+    // The dropped-block count a reservation moves to: before the window of the next query.
+    static int drop_target(Sequence const& s) {
+        return std::max(s.dropped_blocks, window_first_block(written_in_all_layers(s)));
+    }
+
+    // Sliding blocks that dropping up to logical block `target` would return to the pool.
+    int released_by_drop(Sequence const& s, int target) const {
+        int released = 0;
+        for (int j = s.dropped_blocks; j < target; ++j) {
+            for (int g = 0; g < group_count; ++g) {
+                if (!is_sliding_group(g)) continue;
+                BlockId const b = s.table[entry_index(j, g)];
+                released += b != dropped && pool_.ref_count(b) == 1 ? 1 : 0;
+            }
+        }
+        return released;
+    }
+
+    // Releases the sliding groups' blocks of logical blocks [dropped_blocks, target).
+    void drop_before(Sequence& s, int target) {
+        for (int j = s.dropped_blocks; j < target; ++j) {
+            for (int g = 0; g < group_count; ++g) {
+                if (!is_sliding_group(g)) continue;
+                BlockId& b = s.table[entry_index(j, g)];
+                if (b != dropped) pool_.release(b);
+                b = dropped;
+            }
+        }
+        s.dropped_blocks = std::max(s.dropped_blocks, target);
+        s.sliding_from = std::max(s.sliding_from, s.dropped_blocks * BlockSize);
     }
 
     static int written_in_all_layers(Sequence const& s) {
@@ -458,14 +749,21 @@ class PagedKvCache {
 
     static std::size_t index(int i) { return static_cast<std::size_t>(i); }
 
-    // Byte offsets inside a block.
+    std::byte* block_data(BlockId block) {
+        return storage_.data() + static_cast<std::size_t>(block) * bytes_per_block;
+    }
+    std::byte const* block_data(BlockId block) const {
+        return storage_.data() + static_cast<std::size_t>(block) * bytes_per_block;
+    }
+
+    // Byte offsets inside a block: the layer's place in its group, then as one layer's block.
     static constexpr std::size_t layer_bytes = layer_token_bytes * BlockSize;
     static constexpr std::size_t key_offset(int layer, int kv_head, std::size_t slot) {
-        return static_cast<std::size_t>(layer) * layer_bytes +
+        return static_cast<std::size_t>(Groups::slot_of(layer)) * layer_bytes +
                (static_cast<std::size_t>(kv_head) * BlockSize + slot) * key_vector_bytes;
     }
     static constexpr std::size_t value_offset(int layer, int kv_head, std::size_t slot) {
-        return static_cast<std::size_t>(layer) * layer_bytes +
+        return static_cast<std::size_t>(Groups::slot_of(layer)) * layer_bytes +
                static_cast<std::size_t>(Cfg.kv_heads) * BlockSize * key_vector_bytes +
                (static_cast<std::size_t>(kv_head) * BlockSize + slot) * value_vector_bytes;
     }
@@ -489,9 +787,9 @@ class PagedKvCache {
                                " tokens exceeds the model's context of " +
                                std::to_string(Cfg.max_context) + " tokens");
         }
-        if (blocks_for(max_tokens) > pool_.total_blocks()) {
+        if (min_blocks_for(max_tokens) > pool_.total_blocks()) {
             throw RequestError("request of " + std::to_string(max_tokens) + " tokens needs " +
-                               std::to_string(blocks_for(max_tokens)) + " KV blocks of " +
+                               std::to_string(min_blocks_for(max_tokens)) + " KV blocks of " +
                                std::to_string(BlockSize) + " tokens, but the whole cache has " +
                                std::to_string(pool_.total_blocks()) + " blocks (" +
                                std::to_string(capacity_tokens()) + " tokens)");
@@ -511,14 +809,17 @@ class PagedKvCache {
         return sequences_[index(seq)];
     }
 
-    // A live sequence whose first `tokens` positions (all layers) are in `table`.
-    int start_sequence(std::vector<BlockId> table, int tokens, int max_tokens) {
+    // A live sequence whose first `tokens` positions (all layers) are in `table`, the sliding
+    // groups' entries of its first `dropped_blocks` logical blocks released.
+    int start_sequence(std::vector<BlockId> table, int tokens, int max_tokens, int dropped_blocks) {
         int const seq = new_slot();
         Sequence& s = sequences_[index(seq)];
         s.table = std::move(table);
         s.reserved = tokens;
         s.written.fill(tokens);
         s.max_tokens = max_tokens;
+        s.dropped_blocks = dropped_blocks;
+        s.sliding_from = dropped_blocks * BlockSize;
         s.live = true;
         return seq;
     }
@@ -541,41 +842,59 @@ class PagedKvCache {
         return pool_.allocate();
     }
 
-    // Copies every layer's K and V vectors of position `from` to position `to`, whose block is
-    // the sequence's own.
-    void move_token(Sequence const& s, int from, int to) {
-        std::byte const* source =
-            storage_.data() +
-            static_cast<std::size_t>(s.table[static_cast<std::size_t>(from / BlockSize)]) *
-                bytes_per_block;
-        std::byte* target =
-            storage_.data() +
-            static_cast<std::size_t>(s.table[static_cast<std::size_t>(to / BlockSize)]) *
-                bytes_per_block;
+    // A block the caller has checked is available.
+    BlockId take_block() {
+        auto const block = allocate_block();
+        if (!block) throw std::logic_error("PagedKvCache: the pool ran dry");
+        return *block;
+    }
+
+    // Copies group `group`'s K and V vectors of position `from` to position `to`, whose block
+    // is the sequence's own.
+    void move_token(Sequence const& s, int group, int from, int to) {
+        std::byte const* source = block_data(s.table[entry_index(from / BlockSize, group)]);
+        std::byte* target = block_data(s.table[entry_index(to / BlockSize, group)]);
         auto const from_slot = static_cast<std::size_t>(from % BlockSize);
         auto const to_slot = static_cast<std::size_t>(to % BlockSize);
-        for (int layer = 0; layer < Cfg.layers; ++layer) {
+        for_each_layer_of(group, [&](int layer) {
             for (int h = 0; h < Cfg.kv_heads; ++h) {
                 std::memcpy(target + key_offset(layer, h, to_slot),
                             source + key_offset(layer, h, from_slot), key_vector_bytes);
                 std::memcpy(target + value_offset(layer, h, to_slot),
                             source + value_offset(layer, h, from_slot), value_vector_bytes);
             }
+        });
+    }
+
+    // Zeros group `group`'s K and V vectors at position `at` (a slot with nothing to hold).
+    void clear_token(Sequence const& s, int group, int at) {
+        std::byte* target = block_data(s.table[entry_index(at / BlockSize, group)]);
+        auto const slot = static_cast<std::size_t>(at % BlockSize);
+        for_each_layer_of(group, [&](int layer) {
+            for (int h = 0; h < Cfg.kv_heads; ++h) {
+                std::memset(target + key_offset(layer, h, slot), 0, key_vector_bytes);
+                std::memset(target + value_offset(layer, h, slot), 0, value_vector_bytes);
+            }
+        });
+    }
+
+    template <class F>
+    static void for_each_layer_of(int group, F&& f) {
+        for (int layer = 0; layer < Cfg.layers; ++layer) {
+            if (group_of(layer) == group) f(layer);
         }
     }
 
     // Copy-on-write: `block` (shared) is replaced in the caller's table by `copy`, a fresh
     // block holding the same bytes; the other owners keep the original.
     void replace_with_copy(BlockId& block, BlockId copy) {
-        std::memcpy(storage_.data() + static_cast<std::size_t>(copy) * bytes_per_block,
-                    storage_.data() + static_cast<std::size_t>(block) * bytes_per_block,
-                    bytes_per_block);
+        std::memcpy(block_data(copy), block_data(block), bytes_per_block);
         pool_.release(block);
         block = copy;
     }
 
     BlockPool pool_;
-    PrefixCache<BlockSize> prefix_;
+    PrefixCache<BlockSize, group_count> prefix_;
     std::vector<std::byte> storage_;  // [blocks][bytes_per_block]
     std::vector<Sequence> sequences_;
     std::vector<int> free_slots_;
