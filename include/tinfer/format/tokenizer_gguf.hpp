@@ -77,14 +77,17 @@ inline Tokenizer tokenizer_from_gguf(gguf::File const& file) {
     return Tokenizer(spec);
 }
 
-// The file's chat template. Without one: Gemma's for the Gemma architectures (their GGUFs
-// often carry none; Gemma 3 270M does not), plain ChatML otherwise (llama.cpp's fallback too).
+// The file's chat template. Without one: Gemma's for the architectures that use its turn format
+// (Gemma 3 270M's file carries no template), plain ChatML otherwise (llama.cpp's fallback
+// too). Gemma 4 has a turn format of its own and is not among them.
 inline ChatTemplate chat_template_from_gguf(gguf::File const& file) {
     if (auto const source = file.get_optional<std::string>("tokenizer.chat_template")) {
         return ChatTemplate::from_jinja(*source);
     }
-    auto const architecture = file.get_optional<std::string>("general.architecture");
-    if (architecture && architecture->starts_with("gemma")) return ChatTemplate::gemma();
+    auto const architecture = file.get_optional<std::string>("general.architecture").value_or("");
+    for (std::string_view const gemma : {"gemma", "gemma2", "gemma3", "gemma3n"}) {
+        if (architecture == gemma) return ChatTemplate::gemma();
+    }
     return ChatTemplate();
 }
 
