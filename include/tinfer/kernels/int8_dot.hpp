@@ -688,35 +688,21 @@ void int8_strip_tile_avx2(std::byte const* strip, int cols, Int8Row const (&x)[T
             } else {
                 m = _mm256_mul_ps(d, _mm256_set1_ps(Format::offset_factor));
             }
-            // Register k's values for elements 4k.. (low) and 16 + 4k.. (high). Q5 tiles of
-            // several tokens assemble the 5-bit values once into a buffer they all read.
-            auto const values = [&](int k, __m256i& low, __m256i& high) {
-                __m256i const bytes = load_256(p + k * Format::register_bytes + 32 * h);
-                low = _mm256_and_si256(bytes, nibble);
-                high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
-                if constexpr (Format::high_bits) {
-                    __m256i const qh = load_256(p + Format::high_offset + 32 * h);
-                    low = _mm256_or_si256(low, _mm256_and_si256(shift_left_16(qh, 4 - k), fifth));
-                    high = _mm256_or_si256(high, _mm256_and_si256(shift_right_16(qh, k), fifth));
-                }
-            };
-            constexpr bool buffered = Format::high_bits && T > 1;
-            __m256i decoded[buffered ? K : 1][2];
-            if constexpr (buffered) {
-                for (int k = 0; k < K; ++k) values(k, decoded[k][0], decoded[k][1]);
-            }
             for (int t = 0; t < T; ++t) {
                 std::int8_t const* xq = x[t].q + b * int8_block_elements;
                 __m256i sums;
                 if constexpr (Format::nibbles) {
                     __m256i pairs_low = _mm256_setzero_si256(), pairs_high = pairs_low;
                     for (int k = 0; k < K; ++k) {
-                        __m256i low, high;
-                        if constexpr (buffered) {
-                            low = decoded[k][0];
-                            high = decoded[k][1];
-                        } else {
-                            values(k, low, high);
+                        __m256i const bytes = load_256(p + k * Format::register_bytes + 32 * h);
+                        __m256i low = _mm256_and_si256(bytes, nibble);
+                        __m256i high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+                        if constexpr (Format::high_bits) {
+                            __m256i const qh = load_256(p + Format::high_offset + 32 * h);
+                            low = _mm256_or_si256(
+                                low, _mm256_and_si256(shift_left_16(qh, 4 - k), fifth));
+                            high = _mm256_or_si256(high,
+                                                   _mm256_and_si256(shift_right_16(qh, k), fifth));
                         }
                         pairs_low = _mm256_add_epi16(
                             pairs_low, _mm256_maddubs_epi16(low, four_256(xq + 4 * k)));
