@@ -789,11 +789,41 @@ void int8_strip_tile_k_minimum_avx2(std::byte const* strip, int cols, Int8Row co
                     scale[half] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(scale_bits));
                     minimum[half] = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(min_bits));
                 }
-                // One token: each register loaded once for both sub-blocks. A tile of several:
-                // the pair's values decoded once into a buffer all its tokens read.
-                __m256i decoded[2][8];
-                if constexpr (T > 1) {
+                // Each register is loaded once for both sub-blocks. Q5_K tiles of several tokens
+                // assemble the pair's 5-bit values once into a buffer they all read (for Q4_K's
+                // mask and shift the buffer measured slower than recomputing them).
+                constexpr bool buffered = W == DType::q5_k && T > 1;
+                __m256i decoded[buffered ? 2 : 1][8];
+                if constexpr (buffered) {
                     for (int k = 0; k < 8; ++k) values(k, decoded[0][k], decoded[1][k]);
+                }
+                if constexpr (W == DType::q4_k && T > 1) {
+                    // Q4_K tiles: one sub-block at a time, its nibbles re-split per token
+                    // (measured faster than both nibbles per load or a buffer at 4 tokens).
+                    for (int half = 0; half < 2; ++half) {
+                        int const b = sb * 8 + 2 * pair + half;
+                        for (int t = 0; t < T; ++t) {
+                            std::int8_t const* xq = x[t].q + b * int8_block_elements;
+                            __m256i pairs = _mm256_setzero_si256();
+                            for (int k = 0; k < 8; ++k) {
+                                __m256i const q = _mm256_and_si256(
+                                    shift_right_16(
+                                        load_256(p + (8 * pair + k) * Format::register_bytes +
+                                                 32 * h),
+                                        4 * half),
+                                    nibble);
+                                pairs = _mm256_add_epi16(
+                                    pairs, _mm256_maddubs_epi16(q, four_256(xq + 4 * k)));
+                            }
+                            __m256i const sums = _mm256_madd_epi16(pairs, ones);
+                            __m256 const s =
+                                _mm256_mul_ps(scale[half], _mm256_set1_ps(x[t].scale[b]));
+                            acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), s, acc[t][h]);
+                            acc[t][h] = _mm256_fnmadd_ps(minimum[half], _mm256_set1_ps(x[t].sum[b]),
+                                                         acc[t][h]);
+                        }
+                    }
+                    continue;
                 }
                 for (int t = 0; t < T; ++t) {
                     int const b = sb * 8 + 2 * pair;  // the low sub-block's activation block
@@ -802,7 +832,7 @@ void int8_strip_tile_k_minimum_avx2(std::byte const* strip, int cols, Int8Row co
                     __m256i pairs[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
                     for (int k = 0; k < 8; ++k) {
                         __m256i q[2];
-                        if constexpr (T > 1) {
+                        if constexpr (buffered) {
                             q[0] = decoded[0][k];
                             q[1] = decoded[1][k];
                         } else {
