@@ -96,7 +96,9 @@ UtilizationReport measure_utilization(Cache& cache, std::span<RequestLengths con
         auto const live = static_cast<double>(cache.live_tokens());
         live_sum += live;
         paged_sum += static_cast<double>(cache.used_blocks()) * Cache::block_size;
-        contiguous_sum += static_cast<double>(running.size()) * max_length;
+        // Preallocation holds max_length positions of every layer group (live_tokens counts a
+        // position once per group holding it).
+        contiguous_sum += static_cast<double>(running.size()) * max_length * Cache::group_count;
         report.peak_running = std::max(report.peak_running, static_cast<int>(running.size()));
         ++report.steps;
         std::erase_if(running, [&](Running const& r) {
