@@ -134,6 +134,11 @@ requires ModelShape<Cfg> && kernels::cuda::DeviceWeightType<Cfg.weights> &&
     kernels::cuda::DeviceKvCodec<Codec, Cfg.head_dim>
 class DeviceLlama {
     static_assert(BlockSize > 0, "DeviceLlama: BlockSize must be positive");
+    static_assert(Cfg.arch == Architecture{} && Cfg.sliding_window == 0,
+                  "cuda::DeviceLlama runs Llama's parts only (pre-norm, SwiGLU, adjacent RoPE, "
+                  "full attention, tied head): Cfg.arch must be Architecture{} and "
+                  "Cfg.sliding_window 0 until the device model is rebuilt on "
+                  "model/decoder_layer.hpp (SmolLM2's shape)");
 
   public:
     static constexpr ModelConfig config = Cfg;

@@ -104,14 +104,14 @@ struct DeviceWeightLayout {
             Layer& to = layout.layers[i];
             std::string const prefix = "blk." + std::to_string(i) + ".";
             to.attention_norm = layout.norm(from.attention_norm);
-            to.q = layout.matrix(from.q, prefix + "attn_q.weight");
-            to.k = layout.matrix(from.k, prefix + "attn_k.weight");
-            to.v = layout.matrix(from.v, prefix + "attn_v.weight");
-            to.output = layout.matrix(from.output, prefix + "attn_output.weight");
+            to.q = layout.layer_matrix(from.q, prefix + "attn_q.weight");
+            to.k = layout.layer_matrix(from.k, prefix + "attn_k.weight");
+            to.v = layout.layer_matrix(from.v, prefix + "attn_v.weight");
+            to.output = layout.layer_matrix(from.output, prefix + "attn_output.weight");
             to.ffn_norm = layout.norm(from.ffn_norm);
-            to.gate = layout.matrix(from.gate, prefix + "ffn_gate.weight");
-            to.up = layout.matrix(from.up, prefix + "ffn_up.weight");
-            to.down = layout.matrix(from.down, prefix + "ffn_down.weight");
+            to.gate = layout.layer_matrix(from.gate, prefix + "ffn_gate.weight");
+            to.up = layout.layer_matrix(from.up, prefix + "ffn_up.weight");
+            to.down = layout.layer_matrix(from.down, prefix + "ffn_down.weight");
         }
         return layout;
     }
@@ -130,6 +130,16 @@ struct DeviceWeightLayout {
     ArenaMatrix matrix(kernels::WeightMatrix const& w, std::string const& name) {
         std::size_t const size = device_matrix_bytes(w, name);
         return {w.type, w.rows, w.cols, place(w.data, size)};
+    }
+    // The device layer runs one weight type, Cfg.weights, for every layer matrix (until it is
+    // rebuilt on model/decoder_layer.hpp): a file that mixes types is refused, naming the tensor.
+    ArenaMatrix layer_matrix(kernels::WeightMatrix const& w, std::string const& name) {
+        if (w.type != Cfg.weights) {
+            throw ConfigMismatch(name + " type: file has " + std::string(name_of(w.type)) +
+                                 ", cuda::DeviceLlama runs every layer matrix as Cfg.weights = " +
+                                 std::string(name_of(Cfg.weights)));
+        }
+        return matrix(w, name);
     }
     std::size_t norm(std::span<float const> weights) {
         return place(reinterpret_cast<std::byte const*>(weights.data()), weights.size_bytes());
