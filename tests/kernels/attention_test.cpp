@@ -45,10 +45,10 @@ struct VectorView {
 };
 static_assert(tinfer::kv::KvView<VectorView<64>>);
 
-template <int head_dim, int group, int window>
+template <int head_dim, int group, int window, int kv_heads_ = 2, int scale_dim = head_dim>
 struct Case {
-    using Kernel = k::Attention<head_dim, group, window>;
-    static constexpr int kv_heads = 2;
+    using Kernel = k::Attention<head_dim, group, window, scale_dim>;
+    static constexpr int kv_heads = kv_heads_;
     static constexpr int heads = kv_heads * group;
     static constexpr std::size_t width = static_cast<std::size_t>(heads) * head_dim;
 
@@ -72,10 +72,10 @@ struct Case {
 // exp2 adds 2 u, the subtraction of the running maximum |s| u, each tile's rescale u, the sums
 // over n keys n u each and the final division u. So |o_d - ref_d| <= (2 delta + (2n + 2 tiles +
 // max|s| log2(e) + 4) u) sum_j p_j |v_jd|; we allow twice that (eps for u).
-template <int head_dim, int group, int window>
-double reference_error(Case<head_dim, group, window> const& c, int first_position, int queries,
-                       std::vector<float> const& out) {
-    using C = Case<head_dim, group, window>;
+template <int head_dim, int group, int window, int kv_heads, int scale_dim>
+double reference_error(Case<head_dim, group, window, kv_heads, scale_dim> const& c,
+                       int first_position, int queries, std::vector<float> const& out) {
+    using C = Case<head_dim, group, window, kv_heads, scale_dim>;
     double worst = 0;
     for (int i = 0; i < queries; ++i) {
         int const position = first_position + i;
@@ -96,9 +96,9 @@ double reference_error(Case<head_dim, group, window> const& c, int first_positio
                     dot += double(q[d]) * key[d];
                     magnitude += std::abs(double(q[d]) * key[d]);
                 }
-                scores[j] = dot / std::sqrt(double(head_dim));
+                scores[j] = dot / std::sqrt(double(scale_dim));
                 delta = std::max(delta,
-                                 (head_dim + 2) * eps32 * magnitude / std::sqrt(double(head_dim)));
+                                 (head_dim + 2) * eps32 * magnitude / std::sqrt(double(scale_dim)));
                 max_score = std::max(max_score, scores[j]);
                 max_abs_score = std::max(max_abs_score, std::abs(scores[j]));
             }
@@ -127,10 +127,11 @@ double reference_error(Case<head_dim, group, window> const& c, int first_positio
 
 // A cache of `cached` positions and queries for all of them; checks a prefill from position 0,
 // a chunk after a cached prefix, and a decode, then batch invariance.
-template <int head_dim, int group, int window>
+template <int head_dim, int group, int window, int kv_heads = 2, int scale_dim = head_dim>
 void check_attention(std::uint64_t seed) {
-    using C = Case<head_dim, group, window>;
-    BOOST_TEST_MESSAGE("head_dim " << head_dim << " group " << group << " window " << window);
+    using C = Case<head_dim, group, window, kv_heads, scale_dim>;
+    BOOST_TEST_MESSAGE("head_dim " << head_dim << " group " << group << " window " << window
+                                   << " kv_heads " << kv_heads << " scale_dim " << scale_dim);
     auto rng = tt::seeded_rng(seed);
     C c;
     c.view.cached = 301;
@@ -178,6 +179,16 @@ BOOST_AUTO_TEST_CASE(gqa_group_8_head_dim_128) {
 BOOST_AUTO_TEST_CASE(sliding_window) {
     check_attention<64, 3, 37>(4);
     check_attention<16, 2, 100>(5);
+}
+
+// Gemma 3 270M's shape: MQA (one KV head for 4 query heads), head_dim 256, global and
+// sliding; and a query scale other than 1/sqrt(head_dim) (query_pre_attn_scalar).
+BOOST_AUTO_TEST_CASE(mqa_head_dim_256_gemma3_shape) {
+    check_attention<256, 4, 0, 1>(6);
+    check_attention<256, 4, 37, 1>(7);
+}
+BOOST_AUTO_TEST_CASE(query_pre_attn_scalar) {
+    check_attention<64, 2, 0, 1, 144>(8);
 }
 
 BOOST_AUTO_TEST_CASE(refuses_a_query_whose_key_is_not_cached) {

@@ -268,11 +268,17 @@ static_assert(gemma == presets::gemma3_270m);
 BOOST_AUTO_TEST_CASE(refusals_name_the_key) {
     // Another architecture: the message lists what tinfer composes.
     {
-        tt::SyntheticModel m(tiny_llama, 1);
-        m.writer().add("general.architecture", tinfer::gguf::Value(std::string("phi3")));
-        std::string const what = bind_error(m.bytes());
-        BOOST_TEST_MESSAGE(what);
-        BOOST_TEST(what.find("general.architecture") != std::string::npos);
+        std::string const what =
+            bind_error(tt::SyntheticModel(tiny_llama, 1, 0.08f, "phi3").bytes());
+        BOOST_TEST(what == "general.architecture: file has \"phi3\", config has \"llama\"", what);
+        auto const file = tinfer::gguf::File::from_bytes(
+            tt::SyntheticModel(tiny_llama, 1, 0.08f, "phi3").bytes());
+        BOOST_CHECK_EXCEPTION(tinfer::model::read_config(file), tinfer::ConfigMismatch,
+                              [](tinfer::ConfigMismatch const& e) {
+                                  return std::string(e.what()) ==
+                                         "general.architecture: file has \"phi3\", which tinfer "
+                                         "does not compose (supported: llama, qwen2, gemma3)";
+                              });
     }
     // RoPE scaling, by key and by Llama 3.1's frequency tensor.
     {

@@ -18,10 +18,12 @@ namespace tinfer::testing {
 
 class SyntheticModel {
   public:
-    // `weight_scale` keeps activations of a random model in a useful range.
-    SyntheticModel(ModelConfig const& c, std::uint64_t seed, float weight_scale = 0.08f)
+    // `weight_scale` keeps activations of a random model in a useful range; `architecture`
+    // replaces the family's general.architecture (and key prefix), for refusal tests.
+    SyntheticModel(ModelConfig const& c, std::uint64_t seed, float weight_scale = 0.08f,
+                   std::string const& architecture = "")
         : config_(c), random_(seed), scale_(weight_scale) {
-        std::string const arch = name_of(c.arch.family);
+        std::string const arch = architecture.empty() ? name_of(c.arch.family) : architecture;
         auto const key = [&](char const* suffix) { return arch + "." + suffix; };
         writer_.add("general.architecture", gguf::Value(arch));
         writer_.add(key("block_count"), gguf::Value(static_cast<std::uint32_t>(c.layers)));

@@ -1,0 +1,218 @@
+// Gemma 3 270M's float32 forward pass against the float64 numpy reference
+// (tests/reference/make_gemma3_golden.py, written from the published architecture): every
+// prefill position and the stored decode steps within a tolerance derived from the measured
+// float32 error of each position, and the greedy continuation up to the first near-tie, on
+// prompts that cross the 512-token sliding window.
+#include <algorithm>
+#include <cmath>
+#include <span>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include <tinfer/config/presets.hpp>
+#include <tinfer/format/gguf.hpp>
+#include <tinfer/kv/contiguous_cache.hpp>
+#include <tinfer/model/llama.hpp>
+
+#include "../reference/golden_logits.hpp"
+#include "golden_tolerance.hpp"
+#include "testing.hpp"
+
+namespace tt = tinfer::testing;
+
+namespace {
+
+constexpr tinfer::ModelConfig gemma3 = tinfer::presets::gemma3_270m;
+using Model = tinfer::Llama<gemma3>;
+constexpr int vocab = gemma3.vocab;
+
+double scaled_logit_error(std::span<float const> ours, tt::GoldenPosition const& ref) {
+    double worst = 0;
+    double const bound = tt::golden_tolerance(ref);
+    for (auto const& [id, value] : ref.logits) {
+        double const got = ours[static_cast<std::size_t>(id)];
+        if (std::isnan(got)) return INFINITY;
+        worst = std::max(worst, std::abs(got - value) / bound);
+    }
+    return worst;
+}
+
+int argmax(std::span<float const> logits) {
+    return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// KL(p || q) of the softmax distributions of two logit rows, in float64.
+double kl_divergence(std::span<float const> p_logits, std::span<float const> q_logits) {
+    auto const log_softmax = [](std::span<float const> logits) {
+        double const top = *std::max_element(logits.begin(), logits.end());
+        double sum = 0;
+        for (float const v : logits) sum += std::exp(v - top);
+        std::vector<double> out(logits.size());
+        double const log_sum = std::log(sum) + top;
+        for (std::size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - log_sum;
+        return out;
+    };
+    std::vector<double> const lp = log_softmax(p_logits), lq = log_softmax(q_logits);
+    double kl = 0;
+    for (std::size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
+    return kl;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(gemma3_golden)
+
+BOOST_AUTO_TEST_CASE(logits_and_greedy_match_float64_reference) {
+    auto const file = tinfer::gguf::File::open(tt::gemma3_path());
+    Model const model = Model::bind(file);
+    auto const golden =
+        tt::load_golden_file(tt::data_dir() / "reference" / "gemma3_golden_logits.bin");
+    BOOST_REQUIRE(!golden.prompts.empty());
+    BOOST_REQUIRE_EQUAL(golden.vocab_size, static_cast<std::uint32_t>(vocab));
+    std::size_t longest = 0;
+    bool crosses_window = false;
+    for (auto const& p : golden.prompts) {
+        longest = std::max(longest, p.prompt.size() + p.greedy.size());
+        crosses_window |= p.prompt.size() > static_cast<std::size_t>(gemma3.sliding_window);
+    }
+    BOOST_TEST(crosses_window, "no golden prompt is longer than the sliding window");
+    tinfer::kv::ContiguousKvCache<gemma3> cache(1, static_cast<int>(longest));
+    // Prefill in chunks whose logits are all kept: chunking is bitwise invisible (tested in
+    // gemma3_test.cpp), and 64 rows of 262,144 logits is what memory allows comfortably.
+    constexpr int chunk_tokens = 64;
+    Model::Workspace ws(chunk_tokens, 2);
+    std::vector<float> logits(static_cast<std::size_t>(chunk_tokens) * vocab);
+
+    for (tt::GoldenPrompt const& prompt : golden.prompts) {
+        BOOST_TEST_CONTEXT("prompt " << prompt.name) {
+            cache.clear(0);
+            int const n = static_cast<int>(prompt.prompt.size());
+            double worst = 0;
+            std::vector<float> last(vocab);
+            for (int first = 0; first < n; first += chunk_tokens) {
+                int const count = std::min(chunk_tokens, n - first);
+                tt::poison(std::span<float>(logits));
+                tinfer::SequenceChunk const chunk{
+                    0, first, std::span(prompt.prompt).subspan(first, count), true};
+                model.forward(std::span(&chunk, 1), cache, ws, logits);
+                for (int i = 0; i < count; ++i) {
+                    std::span<float const> const row(
+                        logits.data() + static_cast<std::size_t>(i) * vocab, vocab);
+                    double const e = scaled_logit_error(row, prompt.prefill[first + i]);
+                    BOOST_TEST(e <= 1.0,
+                               "prefill position " << first + i << ": scaled error " << e);
+                    worst = std::max(worst, e);
+                    if (first + i == n - 1) std::copy(row.begin(), row.end(), last.begin());
+                }
+            }
+            BOOST_TEST_MESSAGE(prompt.name << " (" << n << " tokens): worst prefill error " << worst
+                                           << " of the tolerance");
+
+            bool tie_seen = false;
+            auto const check_greedy = [&](std::span<float const> ours,
+                                          tt::GoldenPosition const& ref, std::size_t k) {
+                if (tie_seen) return;
+                if (ref.top2_margin <= 2 * tt::golden_tolerance(ref)) {
+                    BOOST_TEST_MESSAGE(prompt.name << ": greedy[" << k << "] is a near-tie (margin "
+                                                   << ref.top2_margin
+                                                   << "), greedy compared up to it");
+                    tie_seen = true;
+                    return;
+                }
+                BOOST_TEST(argmax(ours) == prompt.greedy[k], "greedy[" << k << "]");
+            };
+            check_greedy(last, prompt.prefill.back(), 0);
+            std::size_t compared = 1;
+            double worst_decode = 0;
+            std::vector<float> step(vocab);
+            for (std::size_t i = 0; i < prompt.decode.size(); ++i) {
+                tt::poison(std::span<float>(step));
+                std::span<std::int32_t const> const token(&prompt.greedy[i], 1);
+                tinfer::SequenceChunk const decode{0, n + static_cast<int>(i), token};
+                model.forward(std::span(&decode, 1), cache, ws, step);
+                if (!prompt.decode[i].logits.empty()) {
+                    double const e = scaled_logit_error(step, prompt.decode[i]);
+                    BOOST_TEST(e <= 1.0, "decode step " << i << ": scaled error " << e);
+                    worst_decode = std::max(worst_decode, e);
+                }
+                if (i + 1 < prompt.greedy.size()) {
+                    check_greedy(step, prompt.decode[i], i + 1);
+                    compared += !tie_seen;
+                }
+            }
+            BOOST_TEST_MESSAGE(prompt.name << ": worst decode error " << worst_decode
+                                           << " of the tolerance; " << compared
+                                           << " greedy tokens compared");
+        }
+    }
+}
+
+// precision::Int8Activations on Gemma 3's mixed file (Q5_0, Q8_0, Q4_K and Q6_K matrices all
+// take the integer path): the same bounds as SmolLM2's (int8_precision_test.cpp) against the
+// float32 path, over the full 262,144-token vocabulary at every prompt position and 16
+// teacher-forced decode steps.
+BOOST_AUTO_TEST_CASE(int8_activations_close_to_float32) {
+    using Int8 = tinfer::precision::Int8Activations;
+    using Float32 = tinfer::precision::Float32Activations;
+    auto const file = tinfer::gguf::File::open(tt::gemma3_path());
+    Model const model = Model::bind(file);
+    auto const golden =
+        tt::load_golden_file(tt::data_dir() / "reference" / "gemma3_golden_logits.bin");
+    constexpr int chunk_tokens = 32;
+    constexpr int decode_steps = 16;
+    std::size_t longest = 0;
+    for (auto const& p : golden.prompts)
+        longest = std::max(longest, p.prompt.size() + decode_steps);
+    tinfer::kv::ContiguousKvCache<gemma3> exact_cache(1, static_cast<int>(longest)),
+        int8_cache(1, static_cast<int>(longest));
+    Model::Workspace ws(chunk_tokens, 2);
+    std::vector<float> exact(static_cast<std::size_t>(chunk_tokens) * vocab), int8(exact.size());
+    double kl_sum = 0, kl_max = 0;
+    int positions = 0, agree = 0;
+    auto const compare_rows = [&](int rows) {
+        for (int r = 0; r < rows; ++r) {
+            std::span<float const> const a(exact.data() + static_cast<std::size_t>(r) * vocab,
+                                           vocab);
+            std::span<float const> const b(int8.data() + static_cast<std::size_t>(r) * vocab,
+                                           vocab);
+            BOOST_REQUIRE(
+                std::all_of(b.begin(), b.end(), [](float v) { return std::isfinite(v); }));
+            double const kl = kl_divergence(a, b);
+            kl_sum += kl;
+            kl_max = std::max(kl_max, kl);
+            agree += argmax(a) == argmax(b);
+            ++positions;
+        }
+    };
+    for (tt::GoldenPrompt const& prompt : golden.prompts) {
+        exact_cache.clear(0);
+        int8_cache.clear(0);
+        int const n = static_cast<int>(prompt.prompt.size());
+        for (int first = 0; first < n; first += chunk_tokens) {
+            int const count = std::min(chunk_tokens, n - first);
+            tinfer::SequenceChunk const chunk{0, first,
+                                              std::span(prompt.prompt).subspan(first, count), true};
+            model.forward<Float32>(std::span(&chunk, 1), exact_cache, ws, exact);
+            model.forward<Int8>(std::span(&chunk, 1), int8_cache, ws, int8);
+            compare_rows(count);
+        }
+        for (int i = 0; i < decode_steps && i < static_cast<int>(prompt.greedy.size()); ++i) {
+            std::span<std::int32_t const> const token(&prompt.greedy[static_cast<std::size_t>(i)],
+                                                      1);
+            tinfer::SequenceChunk const decode{0, n + i, token};
+            model.forward<Float32>(std::span(&decode, 1), exact_cache, ws, exact);
+            model.forward<Int8>(std::span(&decode, 1), int8_cache, ws, int8);
+            compare_rows(1);
+        }
+    }
+    double const mean_kl = kl_sum / positions;
+    double const agreement = static_cast<double>(agree) / positions;
+    BOOST_TEST_MESSAGE("Gemma 3 int8 activations over " << positions << " positions: mean KL "
+                                                        << mean_kl << " nats, max KL " << kl_max
+                                                        << ", top-1 agreement " << agreement);
+    BOOST_TEST(mean_kl <= 0.01);
+    BOOST_TEST(agreement >= 0.95);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
