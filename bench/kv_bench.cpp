@@ -29,7 +29,7 @@
 #include <tinfer/kv/paged_cache.hpp>
 #include <tinfer/kv/utilization.hpp>
 #include <tinfer/model/llama.hpp>
-#include <tinfer/model/with_preset.hpp>
+#include <tinfer/model/shipped_presets.hpp>
 
 #ifndef TINFER_TEXT_DIR
 #define TINFER_TEXT_DIR "tests/data/text"
@@ -354,7 +354,7 @@ int main(int argc, char** argv) {
         if (options.utilization) bench_utilization();
         if (options.prefix || options.codecs) {
             auto const file = tinfer::gguf::File::open(options.model);
-            tinfer::with_preset<tinfer::presets::smollm2_135m>(
+            tinfer::with_shipped_preset(
                 file, [&]<tinfer::ModelConfig Cfg>() { run<Cfg>(file, options); });
         }
     } catch (std::exception const& e) {

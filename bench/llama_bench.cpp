@@ -21,7 +21,7 @@
 #include <tinfer/format/gguf.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/llama.hpp>
-#include <tinfer/model/with_preset.hpp>
+#include <tinfer/model/shipped_presets.hpp>
 
 #include "support/roofline.hpp"
 
@@ -198,7 +198,7 @@ int main(int argc, char** argv) {
                     tinfer::bench::measured_sgemm_gflops(t));
             }
         }
-        tinfer::with_preset<tinfer::presets::smollm2_135m>(file, [&]<tinfer::ModelConfig Cfg>() {
+        tinfer::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
             if (options.precision == "int8") {
                 run<Cfg, tinfer::precision::Int8Activations>(file, options, model_gib, read_gbps);
             } else {

@@ -27,9 +27,8 @@ int main(int argc, char** argv) {
         for (auto const& [type, count] : types) std::cout << " " << type << " x" << count;
         std::cout << "\n// compiled into the tools: ";
         try {
-            tinfer::with_shipped_preset(file, []<tinfer::ModelConfig Cfg>() {
-                std::cout << "yes, " << Cfg << "\n";
-            });
+            tinfer::with_shipped_preset(
+                file, []<tinfer::ModelConfig Cfg>() { std::cout << "yes, " << Cfg << "\n"; });
         } catch (tinfer::Error const&) {
             std::cout << "no (add the line above to include/tinfer/model/shipped_presets.hpp)\n";
         }

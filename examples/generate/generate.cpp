@@ -31,7 +31,7 @@
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/llama.hpp>
 #include <tinfer/model/parallel.hpp>
-#include <tinfer/model/with_preset.hpp>
+#include <tinfer/model/shipped_presets.hpp>
 
 #ifdef TINFER_WITH_MPI
 #include <mpi.h>
@@ -231,18 +231,16 @@ int main(int argc, char** argv) {
 #ifdef TINFER_WITH_MPI
             tinfer::dist::MpiEnvironment mpi(&argc, &argv);
             tinfer::dist::MpiCommunicator comm;
-            return tinfer::with_preset<tinfer::presets::smollm2_135m>(
-                file, [&]<tinfer::ModelConfig Cfg>() {
-                    return run_tensor_parallel<Cfg, 2, 3, 4, 8>(file, options, comm);
-                });
+            return tinfer::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
+                return run_tensor_parallel<Cfg, 2, 3, 4, 8>(file, options, comm);
+            });
 #else
             throw tinfer::RequestError("--tp needs a build with MPI (TINFER_WITH_MPI)");
 #endif
         }
-        return tinfer::with_preset<tinfer::presets::smollm2_135m>(
-            file, [&]<tinfer::ModelConfig Cfg>() {
-                return run<Cfg>(file, options, tinfer::Llama<Cfg>::bind(file));
-            });
+        return tinfer::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
+            return run<Cfg>(file, options, tinfer::Llama<Cfg>::bind(file));
+        });
     } catch (std::exception const& e) {
         std::cerr << "generate: " << e.what() << "\n";
         return 1;

@@ -37,6 +37,7 @@
 
 #include <tinfer/config/presets.hpp>
 #include <tinfer/engine/engine.hpp>
+#include <tinfer/model/shipped_presets.hpp>
 
 #include "connection.hpp"
 #include "openai_protocol.hpp"
@@ -49,13 +50,14 @@ using Clock = std::chrono::steady_clock;
 using serve::ApiError;
 using serve::json;
 
-using Model = tinfer::Llama<tinfer::presets::smollm2_135m>;
 using Serving =
     tinfer::sched::Scheduler<tinfer::sched::ContinuousBatching<64, 1024>,
                              tinfer::sched::ChunkedPrefill<256>, tinfer::sched::PreemptByRecompute,
                              tinfer::sched::FairShare>;
-using ServingEngine = tinfer::Engine<Model, Serving, tinfer::Host, tinfer::PagedKv<>>;
-constexpr int context_tokens = Model::config.max_context;
+// The engine for one compiled-in shape (model/shipped_presets.hpp); the file chooses which.
+template <tinfer::ModelConfig Cfg>
+using ServingEngineFor =
+    tinfer::Engine<tinfer::Llama<Cfg>, Serving, tinfer::Host, tinfer::PagedKv<>>;
 
 // How long a waiting connection thread sleeps before it looks at its client and the server's
 // state again: the delay before a hang-up or a shutdown is noticed.
@@ -214,6 +216,7 @@ struct ChoiceState {
 // The engine requests of one HTTP request (its n choices for each prompt), from submission to
 // the last event. Destroying it aborts whatever has not finished: a handler that returns early,
 // a stream whose client went away.
+template <class ServingEngine>
 class Generation {
   public:
     Generation(ServingEngine& engine, serve::ServerMetrics& metrics,
@@ -369,7 +372,10 @@ struct Prepared {
     std::int64_t prompt_tokens = 0;  // usage: each prompt once, however many choices
 };
 
+template <class ServingEngine>
 class OpenAiServer {
+    static constexpr int context_tokens = ServingEngine::config.max_context;
+
   public:
     OpenAiServer(ServingEngine& engine, Options const& options, serve::ServerMetrics& metrics,
                  ServerState& state)
@@ -414,8 +420,8 @@ class OpenAiServer {
                                    " concurrent sequences; retry later",
                                "", "rate_limit_exceeded", "rate_limit_error");
 
-            auto generation = std::make_shared<Generation>(engine_, metrics_, std::move(*ticket),
-                                                           serve::connection_socket(req));
+            auto generation = std::make_shared<Generation<ServingEngine>>(
+                engine_, metrics_, std::move(*ticket), serve::connection_socket(req));
             try {
                 generation->submit(engine_requests(p));
             } catch (tinfer::RequestError const& e) {
@@ -526,12 +532,14 @@ class OpenAiServer {
     }
 
     // A non-streamed answer: waits for every choice, watching the client meanwhile.
-    void answer(httplib::Response& res, Prepared const& p, Generation& generation) const {
+    void answer(httplib::Response& res, Prepared const& p,
+                Generation<ServingEngine>& generation) const {
         while (!generation.finished()) {
             // next() returns as soon as tokens arrive, so the client is looked at on every
             // pass, not only after a quiet interval: a busy engine is never quiet.
             bool const quiet = generation.next(poll_interval).empty();
-            if (generation.client_gone()) return;  // nobody to answer; ~Generation aborts
+            if (generation.client_gone())
+                return;  // nobody to answer; ~Generation<ServingEngine> aborts
             if (!quiet) continue;
             if (state_.engine_failed)
                 throw ApiError(500, "the engine has failed", "", "", "server_error");
@@ -575,11 +583,12 @@ class OpenAiServer {
     // A streamed answer: SSE chunks as tokens arrive, then the usage chunk if asked, then
     // [DONE]. httplib calls the provider until it calls sink.done() or returns false; false
     // (client gone, write failed, shutting down) drops the response and, with it, the
-    // Generation, which aborts what is still running.
-    void stream(httplib::Response& res, Prepared p, std::shared_ptr<Generation> generation) const {
+    // Generation<ServingEngine>, which aborts what is still running.
+    void stream(httplib::Response& res, Prepared p,
+                std::shared_ptr<Generation<ServingEngine>> generation) const {
         struct Stream {
             Prepared prepared;
-            std::shared_ptr<Generation> generation;
+            std::shared_ptr<Generation<ServingEngine>> generation;
             bool started = false;
         };
         auto s = std::make_shared<Stream>(
@@ -588,7 +597,7 @@ class OpenAiServer {
         res.set_chunked_content_provider(
             "text/event-stream", [this, s](std::size_t, httplib::DataSink& sink) {
                 Prepared const& p = s->prepared;
-                Generation& g = *s->generation;
+                Generation<ServingEngine>& g = *s->generation;
                 std::string out;
                 if (!s->started) {
                     s->started = true;
@@ -645,6 +654,7 @@ class OpenAiServer {
 
 // The engine's view, published once per step from the engine thread (the only one that may
 // read the scheduler, the cache and the engine's MetricsRecorder).
+template <class ServingEngine>
 class EngineObserver {
   public:
     EngineObserver(ServingEngine const& engine, serve::ServerMetrics& metrics)
@@ -689,14 +699,14 @@ std::string error_message_for(int status, httplib::Request const& req, Options c
     }
 }
 
-int run(Options const& options, sigset_t const& stop_signals) {
-    ServingEngine engine(tinfer::gguf::File::open(options.model),
-                         {.kv_budget_bytes = options.kv_budget_mb << 20,
-                          .threads = options.threads,
-                          .int8_activations = options.precision == "int8"});
+template <class ServingEngine>
+int run(Options const& options, sigset_t const& stop_signals, tinfer::gguf::File file) {
+    ServingEngine engine(std::move(file), {.kv_budget_bytes = options.kv_budget_mb << 20,
+                                           .threads = options.threads,
+                                           .int8_activations = options.precision == "int8"});
     serve::ServerMetrics metrics(options.served_model_name);
     ServerState state;
-    OpenAiServer api(engine, options, metrics, state);
+    OpenAiServer<ServingEngine> api(engine, options, metrics, state);
 
     serve::HttpServer server;
     // One pool thread per connection for as long as it lives (a stream holds its thread), so
@@ -737,10 +747,10 @@ int run(Options const& options, sigset_t const& stop_signals) {
                 serve::error_object(error_message_for(res.status, req, options), type, "", code));
             return httplib::Server::HandlerResponse::Handled;
         }));
-    server.set_exception_handler(
-        [](httplib::Request const&, httplib::Response& res, std::exception_ptr error) {
-            OpenAiServer::answering_errors(res, [&] { std::rethrow_exception(error); });
-        });
+    server.set_exception_handler([](httplib::Request const&, httplib::Response& res,
+                                    std::exception_ptr error) {
+        OpenAiServer<ServingEngine>::answering_errors(res, [&] { std::rethrow_exception(error); });
+    });
     server.set_logger([&](httplib::Request const&, httplib::Response const& res) {
         metrics.on_response(res.status);
     });
@@ -756,7 +766,7 @@ int run(Options const& options, sigset_t const& stop_signals) {
     server.widen_listen_backlog();
 
     std::atomic<bool> engine_stop{false};
-    EngineObserver observer(engine, metrics);
+    EngineObserver<ServingEngine> observer(engine, metrics);
     std::thread engine_thread([&] {
         try {
             engine.serve([&] {
@@ -851,7 +861,10 @@ int main(int argc, char** argv) {
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     try {
-        return run(options, stop_signals);
+        auto file = tinfer::gguf::File::open(options.model);
+        return tinfer::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
+            return run<ServingEngineFor<Cfg>>(options, stop_signals, std::move(file));
+        });
     } catch (std::exception const& e) {
         std::cerr << "serve: " << e.what() << std::endl;
         return 1;

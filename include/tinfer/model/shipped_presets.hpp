@@ -12,8 +12,7 @@ namespace tinfer {
 
 template <class Body>
 decltype(auto) with_shipped_preset(gguf::File const& file, Body&& body) {
-    return with_preset<presets::smollm2_135m, presets::gemma3_270m>(file,
-                                                                   std::forward<Body>(body));
+    return with_preset<presets::smollm2_135m, presets::gemma3_270m>(file, std::forward<Body>(body));
 }
 
 }  // namespace tinfer
