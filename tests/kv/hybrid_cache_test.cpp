@@ -149,7 +149,7 @@ BOOST_AUTO_TEST_CASE(capacity_answers_match_what_reserve_takes) {
     constexpr int length = 200;
     // Enough for 200 tokens grown a token at a time, far from 3 x 50 blocks for a one-shot
     // prefill of all three groups.
-    int const pool = Hybrid4::min_blocks_for(length);
+    int const pool = Hybrid4::min_blocks_for(length + 1);
     BOOST_TEST(pool < Hybrid4::blocks_for(length));
     Hybrid4 cache(Hybrid4::bytes_per_block * static_cast<std::size_t>(pool));
     BOOST_CHECK_THROW(cache.admit(length + 40), RequestError);
@@ -172,9 +172,14 @@ BOOST_AUTO_TEST_CASE(capacity_answers_match_what_reserve_takes) {
     BOOST_TEST(bytes.size() == static_cast<std::size_t>(Hybrid4::held_blocks_for(length)) *
                                    Hybrid4::bytes_per_block);
     cache.release(seq);
-    auto const back = cache.import_blocks(bytes, length, length);
+    auto const back = cache.import_blocks(bytes, length, length + 1);
     BOOST_REQUIRE(back.has_value());
     BOOST_TEST(cache.used_blocks() == Hybrid4::held_blocks_for(length));
+    // What the engine charges a swapped request: the import, then the growth.
+    BOOST_REQUIRE(cache.reserve(*back, length + 1));
+    BOOST_TEST(cache.used_blocks() == Hybrid4::blocks_to_resume(length, length + 1));
+    static_assert(Hybrid4::blocks_to_resume(100, 101) == Hybrid4::held_blocks_for(100) + 3);
+    static_assert(Hybrid4::blocks_to_resume(100, 100) == Hybrid4::held_blocks_for(100));
     cache.release(*back);
     BOOST_TEST(cache.free_blocks() == cache.total_blocks());
 }

@@ -308,6 +308,9 @@ class Engine {
         int blocks_needed(RequestId id, int length) const {
             Live const* r = engine->find(id);
             if (r && r->seq >= 0) return engine->cache_.blocks_needed(r->seq, length);
+            // Swapped out: its import holds only what it held (a hybrid cache: the window).
+            if (r && r->swapped_tokens > 0)
+                return Cache::blocks_to_resume(r->swapped_tokens, length);
             return Cache::blocks_for(length);
         }
         int reclaimable_blocks(RequestId id) const {
@@ -351,7 +354,9 @@ class Engine {
                                " tokens) + max_tokens (" + std::to_string(request.max_tokens) +
                                ") exceeds the context of " + std::to_string(config.max_context) +
                                " tokens");
-        if (Cache::blocks_for(static_cast<int>(total)) > cache_.total_blocks())
+        // The fewest blocks it can be served in (grown a token at a time: a sliding window's
+        // old blocks go back); the scheduler shortens prefill chunks to what fits.
+        if (Cache::min_blocks_for(static_cast<int>(total)) > cache_.total_blocks())
             throw RequestError("prompt + max_tokens = " + std::to_string(total) +
                                " tokens needs more KV blocks than the whole cache holds (" +
                                std::to_string(cache_.capacity_tokens()) + " tokens)");

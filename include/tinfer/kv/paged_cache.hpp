@@ -108,6 +108,14 @@ class PagedKvCache {
         return Groups::global_groups * blocks +
                Groups::sliding_groups * (blocks - window_first_block(tokens));
     }
+    // Blocks a swapped-out sequence of `held_tokens` written positions takes to come back
+    // (import_blocks) and then hold `length` positions: held_blocks_for(held_tokens) plus
+    // every group's blocks past them (its window is already held, so nothing is released).
+    static constexpr int blocks_to_resume(std::int64_t held_tokens, std::int64_t length) {
+        return held_blocks_for(held_tokens) +
+               group_count *
+                   std::max(0, logical_blocks_for(length) - logical_blocks_for(held_tokens));
+    }
     // The fewest blocks a sequence that grows to `tokens` positions must hold at once: its peak
     // when it reserves one position at a time (a longer prefill chunk needs more).
     static constexpr int min_blocks_for(std::int64_t tokens) {
