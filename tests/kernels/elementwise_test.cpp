@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <numbers>
 #include <span>
 #include <vector>
 
@@ -126,6 +127,27 @@ BOOST_AUTO_TEST_CASE(fast_exp2_matches_libm) {
     BOOST_TEST(worst <= 2.5e-7, "worst relative error " << worst);
     for (float const x : {-126.01f, -127.0f, -1000.0f, -std::numeric_limits<float>::infinity()})
         BOOST_TEST(tinfer::kernels::fast_exp2(x) == 0.0f, "at " << x);
+}
+
+// GeGLU's gate against tanh in double. tanh(u) through fast_exp2 is off by a few float ulps
+// absolutely (e's relative error, the quotient and the sign); 0.5 x (1 + tanh) then carries
+// that as 0.5 |x| times it, plus its own roundings of |ref|. We allow 4 eps of each.
+BOOST_AUTO_TEST_CASE(gelu_tanh_matches_reference) {
+    auto rng = tt::seeded_rng(2200);
+    std::vector<float> xs = tt::random_floats(rng, 100000, -12.0f, 12.0f);
+    for (float x : {0.0f, -0.0f, 1e-8f, -1e-8f, 30.0f, -30.0f, 1e6f, -1e6f}) xs.push_back(x);
+    double worst = 0;
+    constexpr double eps = std::numeric_limits<float>::epsilon();
+    for (float const x : xs) {
+        double const d = x;
+        double const exact =
+            0.5 * d *
+            (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (d + 0.044715 * d * d * d)));
+        double const got = tinfer::kernels::gelu_tanh(x);
+        worst = std::max(worst,
+                         std::abs(got - exact) / (4 * eps * (std::abs(exact) + 0.5 * std::abs(d))));
+    }
+    BOOST_TEST(worst <= 1.0, "worst scaled error " << worst);
 }
 
 BOOST_AUTO_TEST_CASE(rmsnorm_matches_reference) {

@@ -5,8 +5,8 @@
 // order depends only on n, never on how many rows a call processes or which thread runs it.
 #include <algorithm>
 #include <bit>
-#include <concepts>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <limits>
 
@@ -63,26 +63,6 @@ inline float silu(float x) {
     return x / (1.0f + std::exp(-x));
 }
 
-// GELU with the tanh approximation, as Gemma's FFN (and llama.cpp's ggml_gelu) computes it:
-// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-inline float gelu_tanh(float x) {
-    constexpr float sqrt_2_over_pi = 0.7978845608028654f;
-    constexpr float cubic = 0.044715f;
-    return 0.5f * x * (1.0f + std::tanh(sqrt_2_over_pi * x * (1.0f + cubic * x * x)));
-}
-
-// The gate's activation in a gated FFN, as a type a kernel is instantiated for.
-struct SiluGate {
-    static float apply(float x) { return silu(x); }
-};
-struct GeluTanhGate {
-    static float apply(float x) { return gelu_tanh(x); }
-};
-template <class A>
-concept GateActivation = requires(float x) {
-    { A::apply(x) } -> std::same_as<float>;
-};
-
 inline constexpr float negative_infinity = -std::numeric_limits<float>::infinity();
 
 // 2^x for x <= 0 (softmax weights: a score minus the running maximum), vectorizable where the
@@ -103,5 +83,32 @@ inline float fast_exp2(float x) {
     float const result = power * std::bit_cast<float>(exponent);
     return x < -126.0f ? 0.0f : result;
 }
+
+// GELU with the tanh approximation, as Gemma's FFN (and llama.cpp's ggml_gelu) computes it:
+// 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3). tanh through fast_exp2 so the loop
+// over a row vectorizes (libm's tanh does not: Gemma's pp512 went 239 -> 278 t/s on 1 thread):
+// tanh(|u|) = (1 - e) / (1 + e) with e = exp(-2|u|) <= 1, within a few float ulps of tanhf.
+inline float gelu_tanh(float x) {
+    constexpr float sqrt_2_over_pi = 0.7978845608028654f;
+    constexpr float cubic = 0.044715f;
+    constexpr float minus_two_log2e = -2.0f * 1.4426950408889634f;
+    float const u = sqrt_2_over_pi * x * (1.0f + cubic * x * x);
+    float const e = fast_exp2(minus_two_log2e * std::abs(u));
+    float const magnitude = (1.0f - e) / (1.0f + e);
+    float const tanh_u = u < 0 ? -magnitude : magnitude;
+    return 0.5f * x * (1.0f + tanh_u);
+}
+
+// The gate's activation in a gated FFN, as a type a kernel is instantiated for.
+struct SiluGate {
+    static float apply(float x) { return silu(x); }
+};
+struct GeluTanhGate {
+    static float apply(float x) { return gelu_tanh(x); }
+};
+template <class A>
+concept GateActivation = requires(float x) {
+    { A::apply(x) } -> std::same_as<float>;
+};
 
 }  // namespace tinfer::kernels
