@@ -78,6 +78,10 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
     std::printf("| %-28s | %10s | %8s | %-8s | %7s | %-11s | %16s | %9s | %9s |\n", "---",
                 "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:");
     double const params_m = parameters<Cfg>() / 1e6;
+    // The file's own name and the type of its first layer matrix, as llama-bench labels a model.
+    std::string label = file.get_optional<std::string>("general.name").value_or("model") + " " +
+                        std::string(name_of(model.weights().layers[0].q.type));
+    if (label.size() > 28) label.resize(28);
     std::vector<double> ratios;  // batched decode over single-sequence decode, per thread count
     for (std::size_t ti = 0; ti < options.threads.size(); ++ti) {
         int const threads = options.threads[ti];
@@ -94,8 +98,8 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
             }
             std::string const backend = std::string("CPU ") + Precision::name;
             std::printf("| %-28s | %6.2f MiB | %6.2f M | %-8s | %7d | %-11s | %16s | %9s | %9s |\n",
-                        "SmolLM2-135M-Instruct Q4_1", model_gib * 1024, params_m, backend.c_str(),
-                        threads, test.c_str(), rate, bw, share);
+                        label.c_str(), model_gib * 1024, params_m, backend.c_str(), threads,
+                        test.c_str(), rate, bw, share);
             std::fflush(stdout);
         };
 
