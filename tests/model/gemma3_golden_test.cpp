@@ -17,6 +17,7 @@
 
 #include "../reference/golden_logits.hpp"
 #include "golden_tolerance.hpp"
+#include "logit_metrics.hpp"
 #include "testing.hpp"
 
 namespace tt = tinfer::testing;
@@ -26,38 +27,6 @@ namespace {
 constexpr tinfer::ModelConfig gemma3 = tinfer::presets::gemma3_270m;
 using Model = tinfer::Llama<gemma3>;
 constexpr int vocab = gemma3.vocab;
-
-double scaled_logit_error(std::span<float const> ours, tt::GoldenPosition const& ref) {
-    double worst = 0;
-    double const bound = tt::golden_tolerance(ref);
-    for (auto const& [id, value] : ref.logits) {
-        double const got = ours[static_cast<std::size_t>(id)];
-        if (std::isnan(got)) return INFINITY;
-        worst = std::max(worst, std::abs(got - value) / bound);
-    }
-    return worst;
-}
-
-int argmax(std::span<float const> logits) {
-    return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
-// KL(p || q) of the softmax distributions of two logit rows, in float64.
-double kl_divergence(std::span<float const> p_logits, std::span<float const> q_logits) {
-    auto const log_softmax = [](std::span<float const> logits) {
-        double const top = *std::max_element(logits.begin(), logits.end());
-        double sum = 0;
-        for (float const v : logits) sum += std::exp(v - top);
-        std::vector<double> out(logits.size());
-        double const log_sum = std::log(sum) + top;
-        for (std::size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - log_sum;
-        return out;
-    };
-    std::vector<double> const lp = log_softmax(p_logits), lq = log_softmax(q_logits);
-    double kl = 0;
-    for (std::size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
-    return kl;
-}
 
 }  // namespace
 
@@ -99,7 +68,7 @@ BOOST_AUTO_TEST_CASE(logits_and_greedy_match_float64_reference) {
                 for (int i = 0; i < count; ++i) {
                     std::span<float const> const row(
                         logits.data() + static_cast<std::size_t>(i) * vocab, vocab);
-                    double const e = scaled_logit_error(row, prompt.prefill[first + i]);
+                    double const e = tt::scaled_golden_error(row, prompt.prefill[first + i]);
                     BOOST_TEST(e <= 1.0,
                                "prefill position " << first + i << ": scaled error " << e);
                     worst = std::max(worst, e);
@@ -120,7 +89,7 @@ BOOST_AUTO_TEST_CASE(logits_and_greedy_match_float64_reference) {
                     tie_seen = true;
                     return;
                 }
-                BOOST_TEST(argmax(ours) == prompt.greedy[k], "greedy[" << k << "]");
+                BOOST_TEST(tt::argmax(ours) == prompt.greedy[k], "greedy[" << k << "]");
             };
             check_greedy(last, prompt.prefill.back(), 0);
             std::size_t compared = 1;
@@ -132,7 +101,7 @@ BOOST_AUTO_TEST_CASE(logits_and_greedy_match_float64_reference) {
                 tinfer::SequenceChunk const decode{0, n + static_cast<int>(i), token};
                 model.forward(std::span(&decode, 1), cache, ws, step);
                 if (!prompt.decode[i].logits.empty()) {
-                    double const e = scaled_logit_error(step, prompt.decode[i]);
+                    double const e = tt::scaled_golden_error(step, prompt.decode[i]);
                     BOOST_TEST(e <= 1.0, "decode step " << i << ": scaled error " << e);
                     worst_decode = std::max(worst_decode, e);
                 }
@@ -178,10 +147,10 @@ BOOST_AUTO_TEST_CASE(int8_activations_close_to_float32) {
                                            vocab);
             BOOST_REQUIRE(
                 std::all_of(b.begin(), b.end(), [](float v) { return std::isfinite(v); }));
-            double const kl = kl_divergence(a, b);
+            double const kl = tt::kl_divergence(a, b);
             kl_sum += kl;
             kl_max = std::max(kl_max, kl);
-            agree += argmax(a) == argmax(b);
+            agree += tt::argmax(a) == tt::argmax(b);
             ++positions;
         }
     };

@@ -17,6 +17,7 @@
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/llama.hpp>
 
+#include "logit_metrics.hpp"
 #include "testing.hpp"
 
 namespace tt = tinfer::testing;
@@ -51,23 +52,6 @@ std::vector<std::int32_t> random_tokens(int n, unsigned seed) {
     tokens[0] = 2;  // BOS
     for (int i = 1; i < n; ++i) tokens[static_cast<std::size_t>(i)] = 1000 + random() % 20000;
     return tokens;
-}
-
-// KL(p || q) of the softmax distributions of two logit rows, in float64.
-double kl_divergence(std::span<float const> p_logits, std::span<float const> q_logits) {
-    auto const log_softmax = [](std::span<float const> logits) {
-        double const top = *std::max_element(logits.begin(), logits.end());
-        double sum = 0;
-        for (float const v : logits) sum += std::exp(v - top);
-        std::vector<double> out(logits.size());
-        double const log_sum = std::log(sum) + top;
-        for (std::size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - log_sum;
-        return out;
-    };
-    std::vector<double> const lp = log_softmax(p_logits), lq = log_softmax(q_logits);
-    double kl = 0;
-    for (std::size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
-    return kl;
 }
 
 // Logits of every position of `prompt`, prefilled alone.
@@ -110,7 +94,7 @@ BOOST_AUTO_TEST_CASE(int8_stays_close_to_float32) {
         std::span<float const> const b(quantized.data() + static_cast<std::size_t>(t) * vocab,
                                        vocab);
         BOOST_REQUIRE(std::all_of(b.begin(), b.end(), [](float x) { return std::isfinite(x); }));
-        double const kl = kl_divergence(a, b);
+        double const kl = tt::kl_divergence(a, b);
         kl_sum += kl;
         kl_max = std::max(kl_max, kl);
         agree += std::max_element(a.begin(), a.end()) ==

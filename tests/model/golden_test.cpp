@@ -19,6 +19,7 @@
 
 #include "../reference/golden_logits.hpp"
 #include "golden_tolerance.hpp"
+#include "logit_metrics.hpp"
 #include "testing.hpp"
 
 namespace tt = tinfer::testing;
@@ -31,21 +32,6 @@ namespace {
 
 std::span<float const> row(std::vector<float> const& logits, std::size_t r) {
     return {logits.data() + r * vocab, static_cast<std::size_t>(vocab)};
-}
-
-int argmax(std::span<float const> logits) {
-    return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
-// max |ours - reference| over the stored ids, in units of the tolerance.
-double scaled_logit_error(std::span<float const> ours, tt::GoldenPosition const& ref) {
-    double worst = 0;
-    for (auto const& [id, value] : ref.logits) {
-        double const got = ours[static_cast<std::size_t>(id)];
-        if (std::isnan(got)) return INFINITY;
-        worst = std::max(worst, std::abs(got - value) / tt::golden_tolerance(ref));
-    }
-    return worst;
 }
 
 // Everything the golden comparison produced, kept for the batch tests.
@@ -97,7 +83,8 @@ BOOST_AUTO_TEST_CASE(logits_and_greedy_match_float64_reference) {
             f.model.forward(std::span(&prefill, 1), cache, ws, run.prefill_logits);
             double worst = 0;
             for (int i = 0; i < n; ++i) {
-                double const e = scaled_logit_error(row(run.prefill_logits, i), prompt.prefill[i]);
+                double const e =
+                    tt::scaled_golden_error(row(run.prefill_logits, i), prompt.prefill[i]);
                 BOOST_TEST(e <= 1.0, "prefill position " << i << ": scaled error " << e);
                 worst = std::max(worst, e);
             }
@@ -117,7 +104,7 @@ BOOST_AUTO_TEST_CASE(logits_and_greedy_match_float64_reference) {
                     tie_seen = true;
                     return;
                 }
-                BOOST_TEST(argmax(ours) == prompt.greedy[k], "greedy[" << k << "]");
+                BOOST_TEST(tt::argmax(ours) == prompt.greedy[k], "greedy[" << k << "]");
             };
             check_greedy(row(run.prefill_logits, n - 1), prompt.prefill.back(), 0);
             std::vector<float> logits(vocab);
@@ -129,7 +116,7 @@ BOOST_AUTO_TEST_CASE(logits_and_greedy_match_float64_reference) {
                 f.model.forward(std::span(&decode, 1), cache, ws, logits);
                 if (i == 0) run.first_decode = logits;
                 if (!prompt.decode[i].logits.empty()) {
-                    double const e = scaled_logit_error(logits, prompt.decode[i]);
+                    double const e = tt::scaled_golden_error(logits, prompt.decode[i]);
                     BOOST_TEST(e <= 1.0, "decode step " << i << ": scaled error " << e);
                     worst_decode = std::max(worst_decode, e);
                 }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
 
 #include "../reference/golden_logits.hpp"
 
@@ -22,6 +23,19 @@ inline double golden_tolerance(GoldenPosition const& ref) {
     double const measured = std::isnan(ref.float32_error) ? 1e-3 / float32_error_multiple
                                                           : static_cast<double>(ref.float32_error);
     return std::max(float32_error_multiple * measured, golden_floor_rtol) * ref.max_abs_logit;
+}
+
+// max |ours - reference| over the stored ids of a golden position, in units of its tolerance
+// (infinite where ours is NaN).
+inline double scaled_golden_error(std::span<float const> ours, GoldenPosition const& ref) {
+    double worst = 0;
+    double const bound = golden_tolerance(ref);
+    for (auto const& [id, value] : ref.logits) {
+        double const got = ours[static_cast<std::size_t>(id)];
+        if (std::isnan(got)) return std::numeric_limits<double>::infinity();
+        worst = std::max(worst, std::abs(got - value) / bound);
+    }
+    return worst;
 }
 
 }  // namespace tinfer::testing

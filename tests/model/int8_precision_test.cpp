@@ -17,6 +17,7 @@
 #include <tinfer/model/llama.hpp>
 
 #include "../reference/golden_logits.hpp"
+#include "logit_metrics.hpp"
 #include "testing.hpp"
 
 namespace tt = tinfer::testing;
@@ -35,27 +36,6 @@ constexpr double max_kl_bound = 0.1;
 constexpr double top1_agreement_bound = 0.95;
 
 namespace {
-
-int argmax(std::span<float const> logits) {
-    return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
-// KL(p || q) of the softmax distributions of two logit rows, in float64.
-double kl_divergence(std::span<float const> p_logits, std::span<float const> q_logits) {
-    auto const log_softmax = [](std::span<float const> logits) {
-        double const top = *std::max_element(logits.begin(), logits.end());
-        double sum = 0;
-        for (float const v : logits) sum += std::exp(v - top);
-        std::vector<double> out(logits.size());
-        double const log_sum = std::log(sum) + top;
-        for (std::size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - log_sum;
-        return out;
-    };
-    std::vector<double> const lp = log_softmax(p_logits), lq = log_softmax(q_logits);
-    double kl = 0;
-    for (std::size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
-    return kl;
-}
 
 struct Fixture {
     tinfer::gguf::File file = tinfer::gguf::File::open(tt::model_path());
@@ -110,10 +90,10 @@ BOOST_AUTO_TEST_CASE(close_to_float32_over_the_full_vocabulary) {
             std::span<float const> const b(int8.data() + static_cast<std::size_t>(r) * vocab,
                                            vocab);
             BOOST_REQUIRE(std::none_of(b.begin(), b.end(), [](float v) { return std::isnan(v); }));
-            double const kl = kl_divergence(a, b);
+            double const kl = tt::kl_divergence(a, b);
             kl_sum += kl;
             kl_max = std::max(kl_max, kl);
-            agree += argmax(a) == argmax(b);
+            agree += tt::argmax(a) == tt::argmax(b);
             ++positions;
         }
         // The reference's own greedy choices where they are not near-ties (margin above 2% of
@@ -125,8 +105,8 @@ BOOST_AUTO_TEST_CASE(close_to_float32_over_the_full_vocabulary) {
             if (ref.top2_margin <= 0.02 * ref.max_abs_logit) continue;
             ++reference_checked;
             reference_agree +=
-                argmax(std::span<float const>(int8.data() + static_cast<std::size_t>(r) * vocab,
-                                              vocab)) == ref.argmax;
+                tt::argmax(std::span<float const>(int8.data() + static_cast<std::size_t>(r) * vocab,
+                                                  vocab)) == ref.argmax;
         }
     }
     double const mean_kl = kl_sum / positions;
