@@ -65,8 +65,7 @@ inline void require_dims(gguf::TensorInfo const& info, std::uint64_t ne0, std::u
 
 // A matrix in whichever encoding the file chose, if the host kernels take it: each matrix
 // carries its own type, and the forward pass runs the kernel compiled for it.
-inline kernels::WeightMatrix bind_matrix(gguf::File const& file, gguf::TensorInfo const& info,
-                                         int ne0, int ne1) {
+inline kernels::WeightMatrix bind_matrix(gguf::TensorInfo const& info, int ne0, int ne1) {
     auto const dtype = gguf::to_dtype(info.type);
     bool supported = false;
     if (dtype) {
@@ -88,13 +87,12 @@ inline kernels::WeightMatrix bind_matrix(gguf::File const& file, gguf::TensorInf
                              " is not a whole number of " + std::string(name_of(*dtype)) +
                              " blocks");
     }
-    (void)file;
     return {*dtype, ne1, ne0, info.data.data()};
 }
 
 inline kernels::WeightMatrix bind_matrix(gguf::File const& file, std::string const& name, int ne0,
                                          int ne1) {
-    return bind_matrix(file, require_tensor(file, name), ne0, ne1);
+    return bind_matrix(require_tensor(file, name), ne0, ne1);
 }
 
 // An f32 vector (a norm's weight or a bias) of `width` elements.
