@@ -33,7 +33,7 @@
 #include <tinfer/kv/codec.hpp>
 #include <tinfer/kv/paged_cache.hpp>
 #include <tinfer/model/llama.hpp>
-#include <tinfer/model/shipped_presets.hpp>
+#include <tinfer/model/with_preset.hpp>
 
 namespace {
 
@@ -161,7 +161,9 @@ int main(int argc, char** argv) {
         }
         if (options.prompt.empty()) throw tinfer::RequestError("the prompt is empty");
         auto const file = tinfer::gguf::File::open(options.model);
-        return tinfer::with_shipped_preset(
+        // SmolLM2 only: dist::KvBlockLayout ships blocks of one layer group, and Gemma 3's hybrid
+        // cache has six (a sliding-window shape does not compile here).
+        return tinfer::with_preset<tinfer::presets::smollm2_135m>(
             file, [&]<tinfer::ModelConfig Cfg>() { return run<Cfg>(file, options, comm); });
     } catch (std::exception const& e) {
         std::cerr << "disaggregated: " << e.what() << "\n";

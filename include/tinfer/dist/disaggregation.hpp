@@ -139,8 +139,11 @@ struct KvBlockLayout<kv::PagedKvCache<Cfg, BlockSize, KCodec, VCodec>> {
     }
     // The payload's block layout must be exactly the cache's block storage.
     static_assert(Cache::bytes_per_block ==
-                  static_cast<std::size_t>(Cfg.layers) * Cfg.kv_heads * BlockSize *
-                      (Cache::key_vector_bytes + Cache::value_vector_bytes));
+                      static_cast<std::size_t>(Cfg.layers) * Cfg.kv_heads * BlockSize *
+                          (Cache::key_vector_bytes + Cache::value_vector_bytes),
+                  "dist::KvBlockLayout ships blocks holding every layer: a shape with sliding "
+                  "and global layers (a hybrid cache of several layer groups) is not supported "
+                  "by disaggregation yet");
 };
 
 // A transfer whose blocks are not laid out as this side's cache lays them out: reading them
