@@ -16,6 +16,7 @@
 #include <tinfer/model/llama.hpp>
 
 #include "../reference/golden_logits.hpp"
+#include "gemma3_fixture.hpp"
 #include "golden_tolerance.hpp"
 #include "logit_metrics.hpp"
 #include "testing.hpp"
@@ -33,8 +34,7 @@ constexpr int vocab = gemma3.vocab;
 BOOST_AUTO_TEST_SUITE(gemma3_golden)
 
 BOOST_AUTO_TEST_CASE(logits_and_greedy_match_float64_reference) {
-    auto const file = tinfer::gguf::File::open(tt::gemma3_path());
-    Model const model = Model::bind(file);
+    Model const& model = tt::gemma3_fixture().model;
     auto const golden =
         tt::load_golden_file(tt::data_dir() / "reference" / "gemma3_golden_logits.bin");
     BOOST_REQUIRE(!golden.prompts.empty());
@@ -124,8 +124,7 @@ BOOST_AUTO_TEST_CASE(logits_and_greedy_match_float64_reference) {
 BOOST_AUTO_TEST_CASE(int8_activations_close_to_float32) {
     using Int8 = tinfer::precision::Int8Activations;
     using Float32 = tinfer::precision::Float32Activations;
-    auto const file = tinfer::gguf::File::open(tt::gemma3_path());
-    Model const model = Model::bind(file);
+    Model const& model = tt::gemma3_fixture().model;
     auto const golden =
         tt::load_golden_file(tt::data_dir() / "reference" / "gemma3_golden_logits.bin");
     constexpr int chunk_tokens = 32;

@@ -17,6 +17,7 @@
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/llama.hpp>
 
+#include "gemma3_fixture.hpp"
 #include "logit_metrics.hpp"
 #include "testing.hpp"
 
@@ -36,27 +37,9 @@ constexpr double top1_agreement_bound = 0.95;
 
 namespace {
 
-struct Fixture {
-    tinfer::gguf::File file = tinfer::gguf::File::open(tt::gemma3_path());
-    Model model = Model::bind(file);
-};
-
-Fixture& fixture() {
-    static Fixture f;
-    return f;
-}
-
-std::vector<std::int32_t> random_tokens(int n, unsigned seed) {
-    std::mt19937 random(seed);
-    std::vector<std::int32_t> tokens(static_cast<std::size_t>(n));
-    tokens[0] = 2;  // BOS
-    for (int i = 1; i < n; ++i) tokens[static_cast<std::size_t>(i)] = 1000 + random() % 20000;
-    return tokens;
-}
-
 // Logits of every position of `prompt`, prefilled alone.
 template <class Precision>
-std::vector<float> all_logits(Fixture& f, std::vector<std::int32_t> const& prompt) {
+std::vector<float> all_logits(tt::Gemma3Fixture& f, std::vector<std::int32_t> const& prompt) {
     int const n = static_cast<int>(prompt.size());
     Cache cache(1, n);
     Model::Workspace ws(n, 1);
@@ -72,7 +55,7 @@ std::vector<float> all_logits(Fixture& f, std::vector<std::int32_t> const& promp
 BOOST_AUTO_TEST_SUITE(gemma3_int8)
 
 BOOST_AUTO_TEST_CASE(every_matrix_type_has_an_int8_dot) {
-    auto const& w = fixture().model.weights();
+    auto const& w = tt::gemma3_fixture().model.weights();
     BOOST_TEST(tinfer::kernels::has_int8_dot(w.output.type));
     for (auto const& layer : w.layers) {
         for (auto const* m :
@@ -82,8 +65,8 @@ BOOST_AUTO_TEST_CASE(every_matrix_type_has_an_int8_dot) {
 }
 
 BOOST_AUTO_TEST_CASE(int8_stays_close_to_float32) {
-    Fixture& f = fixture();
-    std::vector<std::int32_t> const prompt = random_tokens(48, 7);
+    tt::Gemma3Fixture& f = tt::gemma3_fixture();
+    std::vector<std::int32_t> const prompt = tt::random_gemma3_tokens(48, 7, 20000);
     std::vector<float> const exact = all_logits<Float32>(f, prompt);
     std::vector<float> const quantized = all_logits<Int8>(f, prompt);
     int const n = static_cast<int>(prompt.size());
@@ -108,9 +91,9 @@ BOOST_AUTO_TEST_CASE(int8_stays_close_to_float32) {
 }
 
 BOOST_AUTO_TEST_CASE(int8_is_batch_invariant_bitwise) {
-    Fixture& f = fixture();
-    std::vector<std::int32_t> const first = random_tokens(40, 11);
-    std::vector<std::int32_t> const second = random_tokens(9, 12);
+    tt::Gemma3Fixture& f = tt::gemma3_fixture();
+    std::vector<std::int32_t> const first = tt::random_gemma3_tokens(40, 11, 20000);
+    std::vector<std::int32_t> const second = tt::random_gemma3_tokens(9, 12, 20000);
     std::vector<float> const first_alone = all_logits<Int8>(f, first);
     std::vector<float> const second_alone = all_logits<Int8>(f, second);
 

@@ -16,6 +16,7 @@
 #include <tinfer/model/hyperparameters.hpp>
 #include <tinfer/model/llama.hpp>
 
+#include "gemma3_fixture.hpp"
 #include "testing.hpp"
 
 namespace tt = tinfer::testing;
@@ -23,32 +24,10 @@ constexpr tinfer::ModelConfig gemma3 = tinfer::presets::gemma3_270m;
 using Model = tinfer::Llama<gemma3>;
 using tinfer::DType;
 
-namespace {
-
-struct Fixture {
-    tinfer::gguf::File file = tinfer::gguf::File::open(tt::gemma3_path());
-    Model model = Model::bind(file);
-};
-
-Fixture& fixture() {
-    static Fixture f;
-    return f;
-}
-
-std::vector<std::int32_t> random_tokens(int n, unsigned seed) {
-    std::mt19937 random(seed);
-    std::vector<std::int32_t> tokens(static_cast<std::size_t>(n));
-    tokens[0] = 2;  // BOS
-    for (int i = 1; i < n; ++i) tokens[static_cast<std::size_t>(i)] = 1000 + random() % 200000;
-    return tokens;
-}
-
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(gemma3_model)
 
 BOOST_AUTO_TEST_CASE(description_reads_back_as_the_preset) {
-    Fixture& f = fixture();
+    tt::Gemma3Fixture& f = tt::gemma3_fixture();
     BOOST_TEST((tinfer::model::read_config(f.file) == gemma3), tinfer::model::read_config(f.file));
     for (auto const& p : tinfer::model::compare_hyperparameters(f.file, gemma3))
         BOOST_TEST(p.matches,
@@ -63,7 +42,7 @@ BOOST_AUTO_TEST_CASE(description_reads_back_as_the_preset) {
 }
 
 BOOST_AUTO_TEST_CASE(each_matrix_keeps_its_own_type) {
-    auto const& w = fixture().model.weights();
+    auto const& w = tt::gemma3_fixture().model.weights();
     BOOST_TEST((w.token_embedding.type == DType::q8_0));
     BOOST_TEST(w.output.data == w.token_embedding.data);  // tied
     int down_q4_k = 0, down_q6_k = 0;
@@ -84,9 +63,9 @@ BOOST_AUTO_TEST_CASE(each_matrix_keeps_its_own_type) {
 }
 
 BOOST_AUTO_TEST_CASE(batched_and_chunked_equal_alone_across_the_window) {
-    Fixture& f = fixture();
-    std::vector<std::int32_t> const long_prompt = random_tokens(600, 1);
-    std::vector<std::int32_t> const short_prompt = random_tokens(40, 2);
+    tt::Gemma3Fixture& f = tt::gemma3_fixture();
+    std::vector<std::int32_t> const long_prompt = tt::random_gemma3_tokens(600, 1, 200000);
+    std::vector<std::int32_t> const short_prompt = tt::random_gemma3_tokens(40, 2, 200000);
     constexpr int vocab = gemma3.vocab;
     tinfer::kv::ContiguousKvCache<gemma3> cache(2, 700);
     Model::Workspace ws(640, 2);
