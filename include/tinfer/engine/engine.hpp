@@ -76,6 +76,9 @@ struct EngineOptions {
     // block of 32 as llama.cpp does (precision::Int8Activations: 4-5x faster decode on a CPU
     // with VNNI, accuracy in docs/performance.md). Greedy output may differ at near-ties.
     bool int8_activations = false;
+    // Where the metrics read the time (TTFT, TPOT, latency); empty: the steady clock. Tests
+    // inject a manual clock here.
+    sched::ClockSource clock;
 };
 
 // One request. The prompt is `prompt_tokens` if given, else `messages` rendered with the
@@ -167,6 +170,7 @@ class Engine {
                      options.threads > 0 ? options.threads : omp_get_num_procs()),
           sampling_(config.vocab),
           logits_(static_cast<std::size_t>(step_rows(options)) * config.vocab),
+          metrics_(options.clock),
           drafter_(std::move(drafter)) {
         if constexpr (spec::TargetAttachedDrafter<Drafter, Model>)
             drafter_.attach(model_, workspace_.threads());
@@ -486,6 +490,7 @@ class Engine {
             r.swapped.clear();
             r.swapped_tokens = cache_.export_blocks(r.seq, r.swapped);
             host_used_ += Cache::blocks_for(r.swapped_tokens);
+            metrics_.on_swapped_out(p.id, Cache::blocks_for(r.swapped_tokens));
             cache_.release(r.seq);
             r.seq = -1;
             return;
@@ -503,6 +508,7 @@ class Engine {
         if (!seq)
             throw std::logic_error("Engine: the scheduler swapped in a request that does not fit");
         host_used_ -= Cache::blocks_for(r.swapped_tokens);
+        metrics_.on_swapped_in(id, Cache::blocks_for(r.swapped_tokens));
         r.seq = *seq;
         r.swapped.clear();
         r.swapped.shrink_to_fit();

@@ -622,6 +622,23 @@ class PagedKvCache {
     int total_blocks() const { return pool_.total_blocks(); }
     int free_blocks() const { return pool_.free_blocks(); }
     int used_blocks() const { return pool_.used_blocks(); }
+    // Distinct blocks in live sequences' tables (a block shared by forks counts once): what
+    // serving reports as KV usage. The rest of used_blocks() is held only by the prefix cache,
+    // free to evict (vLLM counts those as free too).
+    int sequence_blocks() const {
+        std::vector<bool> seen(static_cast<std::size_t>(pool_.total_blocks()), false);
+        int count = 0;
+        for (Sequence const& s : sequences_) {
+            if (!s.live) continue;
+            for (BlockId const b : s.table) {
+                if (b == dropped || seen[static_cast<std::size_t>(b)]) continue;
+                seen[static_cast<std::size_t>(b)] = true;
+                ++count;
+            }
+        }
+        return count;
+    }
+    int prefix_only_blocks() const { return used_blocks() - sequence_blocks(); }
     // Positions the pool holds in every layer (with several groups: if every group kept them).
     std::int64_t capacity_tokens() const {
         return static_cast<std::int64_t>(pool_.total_blocks() / group_count) * BlockSize;

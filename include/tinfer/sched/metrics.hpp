@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -19,6 +21,9 @@
 namespace tinfer::sched {
 
 using Clock = std::chrono::steady_clock;
+
+// Where the recorder reads the time: the steady clock, or a test's manual clock.
+using ClockSource = std::function<Clock::time_point()>;
 
 inline double seconds_between(Clock::time_point from, Clock::time_point to) {
     return std::chrono::duration<double>(to - from).count();
@@ -62,6 +67,10 @@ struct RunSummary {
     std::int64_t prompt_tokens = 0;
     std::int64_t computed_tokens = 0;  // every token through the model, recomputation included
     int preemptions = 0;
+    int swap_outs = 0;                  // preemptions that moved KV blocks to the host pool
+    int swap_ins = 0;                   // and those that brought them back
+    std::int64_t swapped_out_blocks = 0;
+    std::int64_t swapped_in_blocks = 0;
     int steps = 0;
     double mean_kv_utilization = 0;  // share of allocated KV slots holding live tokens
     double peak_kv_usage = 0;        // largest share of the pool in use
@@ -74,18 +83,20 @@ struct RunSummary {
 // Collects the timestamps of every request and a few per-step figures.
 class MetricsRecorder {
   public:
+    explicit MetricsRecorder(ClockSource clock = {}) : clock_(std::move(clock)) {}
+
     void on_arrival(RequestId id, TenantId tenant, int prompt_tokens) {
         RequestMetrics& m = live_[id];
         m.id = id;
         m.tenant = tenant;
         m.prompt_tokens = prompt_tokens;
-        m.arrival = Clock::now();
+        m.arrival = now();
         if (!run_start_) run_start_ = m.arrival;
         summary_.prompt_tokens += prompt_tokens;
     }
     void on_scheduled(RequestId id) {
         auto& m = live_.at(id);
-        if (!m.first_scheduled) m.first_scheduled = Clock::now();
+        if (!m.first_scheduled) m.first_scheduled = now();
     }
     void on_prefix_hit(RequestId id, int cached_tokens) {
         live_.at(id).cached_prompt_tokens =
@@ -93,13 +104,21 @@ class MetricsRecorder {
     }
     void on_token(RequestId id) {
         auto& m = live_.at(id);
-        if (!m.first_token) m.first_token = Clock::now();
+        if (!m.first_token) m.first_token = now();
         ++m.generated_tokens;
         ++summary_.generated_tokens;
     }
     void on_preempted(RequestId id) {
         ++live_.at(id).preemptions;
         ++summary_.preemptions;
+    }
+    void on_swapped_out(RequestId, int blocks) {
+        ++summary_.swap_outs;
+        summary_.swapped_out_blocks += blocks;
+    }
+    void on_swapped_in(RequestId, int blocks) {
+        ++summary_.swap_ins;
+        summary_.swapped_in_blocks += blocks;
     }
     void on_step(int computed_tokens, double kv_utilization, double kv_usage) {
         ++summary_.steps;
@@ -111,7 +130,7 @@ class MetricsRecorder {
         auto node = live_.extract(id);
         if (node.empty()) return;
         RequestMetrics& m = node.mapped();
-        m.finished = Clock::now();
+        m.finished = now();
         m.finish_reason = std::move(reason);
         ++summary_.finished_requests;
         cached_prompt_tokens_ += m.cached_prompt_tokens;
@@ -129,7 +148,7 @@ class MetricsRecorder {
 
     RunSummary summary() const {
         RunSummary s = summary_;
-        if (run_start_) s.seconds = seconds_between(*run_start_, Clock::now());
+        if (run_start_) s.seconds = seconds_between(*run_start_, now());
         s.mean_kv_utilization = s.steps ? utilization_sum_ / s.steps : 0;
         s.prefix_hit_rate =
             s.prompt_tokens ? static_cast<double>(cached_prompt_tokens_) / s.prompt_tokens : 0;
@@ -171,6 +190,9 @@ class MetricsRecorder {
     }
 
   private:
+    Clock::time_point now() const { return clock_ ? clock_() : Clock::now(); }
+
+    ClockSource clock_;
     std::unordered_map<RequestId, RequestMetrics> live_;
     std::vector<RequestMetrics> done_;
     RunSummary summary_;
