@@ -12,6 +12,7 @@
 
 #include <tinfer/sched/scheduler.hpp>
 #include "fake_engine.hpp"
+#include "step_until.hpp"
 #include "testing.hpp"
 
 namespace {
@@ -135,13 +136,16 @@ BOOST_AUTO_TEST_CASE(the_scheduler_sizes_kv_by_what_the_eviction_policy_keeps) {
     FakeKv kv(block_size, cache_blocks);
     FakeEngine engine(scheduler, kv);
     scheduler.add({.id = RequestId{1}, .prompt_length = 6, .max_new_tokens = max_new});
-    while (scheduler.has_work()) {
-        BOOST_REQUIRE(engine.steps < 2 * max_new);
-        StepPlan const plan = engine.step();
-        BOOST_TEST(plan.rejected.empty());
-        for (ScheduledWork const& work : plan.work)
-            BOOST_TEST(work.kv_length == std::min(work.first_position, window) + work.token_count);
-    }
+    tinfer::testing::step_until(
+        [&] { return !scheduler.has_work(); },
+        [&] {
+            StepPlan const plan = engine.step();
+            BOOST_TEST(plan.rejected.empty());
+            for (ScheduledWork const& work : plan.work)
+                BOOST_TEST(work.kv_length ==
+                           std::min(work.first_position, window) + work.token_count);
+        },
+        2 * max_new, "the windowed request finishing");
     BOOST_TEST(engine.end_count(RequestId{1}) == 1);
     BOOST_TEST(engine.steps == 2 + max_new - 1);  // two prefill chunks, then the decodes
 
@@ -151,10 +155,10 @@ BOOST_AUTO_TEST_CASE(the_scheduler_sizes_kv_by_what_the_eviction_policy_keeps) {
     FakeEngine unbounded_engine(unbounded, small);
     unbounded.add({.id = RequestId{1}, .prompt_length = 6, .max_new_tokens = max_new});
     bool rejected = false;
-    while (unbounded.has_work()) {
-        BOOST_REQUIRE(unbounded_engine.steps < 2 * max_new);
-        rejected = rejected || !unbounded_engine.step().rejected.empty();
-    }
+    tinfer::testing::step_until(
+        [&] { return !unbounded.has_work(); },
+        [&] { rejected = rejected || !unbounded_engine.step().rejected.empty(); }, 2 * max_new,
+        "the unbounded request being rejected");
     BOOST_TEST(rejected);
 }
 

@@ -2,12 +2,14 @@
 #include <algorithm>
 #include <span>
 #include <stdexcept>
+#include <string_view>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
 
 #include <tinfer/sched/scheduler.hpp>
 #include "fake_engine.hpp"
+#include "step_until.hpp"
 #include "testing.hpp"
 
 namespace {
@@ -15,6 +17,7 @@ namespace {
 using namespace tinfer::sched;
 using tinfer::sched::testing::FakeEngine;
 using tinfer::sched::testing::FakeKv;
+using tinfer::testing::step_until;
 
 constexpr int block_size = 4;
 constexpr int roomy_cache_blocks = 1000;  // never the constraint in scenarios about batching
@@ -41,12 +44,26 @@ bool in_plan(StepPlan const& plan, RequestId request) {
                        [&](ScheduledWork const& w) { return w.id == request; });
 }
 
+// Every scenario here ends within a few dozen steps; a scheduler that stops making progress
+// fails the case instead of hanging it.
+constexpr int scenario_steps = 100;
+
 template <class Sched>
-void run_until_idle(FakeEngine<Sched>& engine, Sched const& scheduler, int max_steps) {
-    while (scheduler.has_work()) {
-        BOOST_REQUIRE_MESSAGE(engine.steps < max_steps, "not idle after " << max_steps << " steps");
-        engine.step();
-    }
+void run_until_idle(FakeEngine<Sched>& engine, Sched const& scheduler) {
+    step_until([&] { return !scheduler.has_work(); }, [&] { engine.step(); }, scenario_steps,
+               "the scheduler going idle");
+}
+
+// Steps from `plan` on until a plan satisfies `happened`; returns that plan.
+template <class Sched, class Condition>
+StepPlan step_until_plan(FakeEngine<Sched>& engine, StepPlan plan, Condition happened,
+                         std::string_view what) {
+    step_until([&] { return happened(plan); }, [&] { plan = engine.step(); }, scenario_steps, what);
+    return plan;
+}
+
+bool preempted(StepPlan const& plan) {
+    return !plan.preempted.empty();
 }
 
 }  // namespace
@@ -140,15 +157,19 @@ BOOST_AUTO_TEST_CASE(chunked_prefill_puts_decodes_first_and_fills_the_budget) {
     BOOST_TEST(work_of(second, id(3)).token_count == 3);
     BOOST_TEST(second.token_count() == budget);
 
-    while (scheduler.has_work()) {
-        StepPlan const plan = engine.step();
-        BOOST_TEST(plan.token_count() <= budget);
-        auto const first_prefill =
-            std::find_if(plan.work.begin(), plan.work.end(),
-                         [](ScheduledWork const& w) { return w.kind == WorkKind::prefill; });
-        BOOST_TEST(std::none_of(first_prefill, plan.work.end(),
-                                [](ScheduledWork const& w) { return w.kind == WorkKind::decode; }));
-    }
+    step_until(
+        [&] { return !scheduler.has_work(); },
+        [&] {
+            StepPlan const plan = engine.step();
+            BOOST_TEST(plan.token_count() <= budget);
+            auto const first_prefill =
+                std::find_if(plan.work.begin(), plan.work.end(),
+                             [](ScheduledWork const& w) { return w.kind == WorkKind::prefill; });
+            BOOST_TEST(std::none_of(first_prefill, plan.work.end(), [](ScheduledWork const& w) {
+                return w.kind == WorkKind::decode;
+            }));
+        },
+        scenario_steps, "the scheduler going idle");
 }
 
 BOOST_AUTO_TEST_CASE(whole_prompt_waits_until_the_budget_holds_all_of_it) {
@@ -201,11 +222,13 @@ BOOST_AUTO_TEST_CASE(priority_runs_lower_numbers_first_and_fcfs_among_equals) {
     scheduler.add({.id = id(3), .prompt_length = 2, .max_new_tokens = 1, .priority = 5});
     scheduler.add({.id = id(4), .prompt_length = 2, .max_new_tokens = 1, .priority = 1});
     std::vector<RequestId> order;
-    while (scheduler.has_work()) {
-        StepPlan const plan = engine.step();
-        BOOST_REQUIRE_EQUAL(plan.work.size(), 1u);
-        order.push_back(plan.work.front().id);
-    }
+    step_until([&] { return !scheduler.has_work(); },
+               [&] {
+                   StepPlan const plan = engine.step();
+                   BOOST_REQUIRE_EQUAL(plan.work.size(), 1u);
+                   order.push_back(plan.work.front().id);
+               },
+               scenario_steps, "the scheduler going idle");
     BOOST_TEST((order == std::vector{id(2), id(4), id(1), id(3)}));
 }
 
@@ -272,7 +295,9 @@ BOOST_AUTO_TEST_CASE(a_user_written_queue_order_plugs_in) {
     scheduler.add({.id = id(2), .prompt_length = 3, .max_new_tokens = 1});
     scheduler.add({.id = id(3), .prompt_length = 6, .max_new_tokens = 1});
     std::vector<RequestId> order;
-    while (scheduler.has_work()) order.push_back(engine.step().work.front().id);
+    step_until([&] { return !scheduler.has_work(); },
+               [&] { order.push_back(engine.step().work.front().id); }, scenario_steps,
+               "the scheduler going idle");
     BOOST_TEST((order == std::vector{id(2), id(3), id(1)}));
 }
 
@@ -292,7 +317,7 @@ BOOST_AUTO_TEST_CASE(recompute_preempts_the_latest_arrival_which_later_resumes) 
     scheduler.add({.id = id(2), .prompt_length = 8, .max_new_tokens = 8});
 
     StepPlan plan = engine.step();
-    while (plan.preempted.empty()) plan = engine.step();
+    plan = step_until_plan(engine, plan, preempted, "a preemption");
     BOOST_REQUIRE_EQUAL(plan.preempted.size(), 1u);
     BOOST_TEST(plan.preempted.front().id == id(2));
     BOOST_TEST((plan.preempted.front().mode == PreemptionMode::recompute));
@@ -307,12 +332,13 @@ BOOST_AUTO_TEST_CASE(recompute_preempts_the_latest_arrival_which_later_resumes) 
     BOOST_TEST(generated_before == 5);  // one token from its prefill, four from decodes 9..12
 
     // It resumes by re-prefilling prompt + generated tokens, then keeps its place in output.
-    while (!in_plan(plan, id(2))) plan = engine.step();
+    plan = step_until_plan(
+        engine, plan, [](StepPlan const& p) { return in_plan(p, id(2)); }, "the victim resuming");
     ScheduledWork const& resumed = work_of(plan, id(2));
     BOOST_TEST(resumed.first_position == 0);
     BOOST_TEST(resumed.token_count == 8 + generated_before);
     BOOST_TEST(resumed.samples_token);
-    run_until_idle(engine, scheduler, 100);
+    run_until_idle(engine, scheduler);
     BOOST_TEST(engine.end_count(id(1)) == 1);
     BOOST_TEST(engine.end_count(id(2)) == 1);
     BOOST_TEST(kv.used_device_blocks() == 0);
@@ -325,7 +351,7 @@ BOOST_AUTO_TEST_CASE(the_victim_is_the_lowest_priority_not_the_latest_arrival) {
     scheduler.add({.id = id(1), .prompt_length = 8, .max_new_tokens = 8, .priority = 9});
     scheduler.add({.id = id(2), .prompt_length = 8, .max_new_tokens = 8, .priority = 0});
     StepPlan plan = engine.step();
-    while (plan.preempted.empty()) plan = engine.step();
+    plan = step_until_plan(engine, plan, preempted, "a preemption");
     BOOST_TEST(plan.preempted.front().id == id(1));
 }
 
@@ -338,7 +364,7 @@ BOOST_AUTO_TEST_CASE(swap_moves_the_victim_to_the_host_and_back_without_recomput
     scheduler.add({.id = id(2), .prompt_length = 8, .max_new_tokens = 8});
 
     StepPlan plan = engine.step();
-    while (plan.preempted.empty()) plan = engine.step();
+    plan = step_until_plan(engine, plan, preempted, "a preemption");
     BOOST_TEST(plan.preempted.front().id == id(2));
     BOOST_TEST((plan.preempted.front().mode == PreemptionMode::swap));
     BOOST_TEST(kv.on_host(id(2)));
@@ -348,12 +374,13 @@ BOOST_AUTO_TEST_CASE(swap_moves_the_victim_to_the_host_and_back_without_recomput
                 std::vector{id(2)}));
     int const computed_before = victim->computed;
 
-    while (plan.swapped_in.empty()) plan = engine.step();
+    plan = step_until_plan(
+        engine, plan, [](StepPlan const& p) { return !p.swapped_in.empty(); }, "a swap-in");
     BOOST_TEST((plan.swapped_in == std::vector{id(2)}));
     ScheduledWork const& resumed = work_of(plan, id(2));
     BOOST_TEST(resumed.first_position == computed_before);  // its KV came back: no recompute
     BOOST_TEST((resumed.kind == WorkKind::decode));
-    run_until_idle(engine, scheduler, 100);
+    run_until_idle(engine, scheduler);
     BOOST_TEST(engine.recomputes == 0);
     BOOST_TEST(kv.used_device_blocks() == 0);
     BOOST_TEST(kv.used_host_blocks() == 0);
@@ -367,7 +394,7 @@ BOOST_AUTO_TEST_CASE(swap_falls_back_to_recompute_when_the_host_pool_is_full) {
     scheduler.add({.id = id(1), .prompt_length = 8, .max_new_tokens = 8});
     scheduler.add({.id = id(2), .prompt_length = 8, .max_new_tokens = 8});
     StepPlan plan = engine.step();
-    while (plan.preempted.empty()) plan = engine.step();
+    plan = step_until_plan(engine, plan, preempted, "a preemption");
     BOOST_TEST((plan.preempted.front().mode == PreemptionMode::recompute));
     BOOST_TEST((scheduler.find(id(2))->state == RequestState::waiting));
 }
@@ -392,7 +419,7 @@ BOOST_AUTO_TEST_CASE(a_user_written_preemption_policy_plugs_in) {
     scheduler.add({.id = id(1), .prompt_length = 8, .max_new_tokens = 8});
     scheduler.add({.id = id(2), .prompt_length = 8, .max_new_tokens = 8});
     StepPlan plan = engine.step();
-    while (plan.preempted.empty()) plan = engine.step();
+    plan = step_until_plan(engine, plan, preempted, "a preemption");
     // The victim had computed 12 positions (8 prompt + 4 decodes): short, so recomputed.
     BOOST_TEST((plan.preempted.front().mode == PreemptionMode::recompute));
 }
@@ -404,11 +431,12 @@ BOOST_AUTO_TEST_CASE(a_request_that_cannot_fit_even_alone_is_rejected_not_retrie
     scheduler.add({.id = id(1), .prompt_length = 20, .max_new_tokens = 10});
     scheduler.add({.id = id(2), .prompt_length = 4, .max_new_tokens = 2});
     std::vector<RequestId> rejected;
-    while (scheduler.has_work()) {
-        BOOST_REQUIRE(engine.steps < 100);
-        StepPlan const plan = engine.step();
-        rejected.insert(rejected.end(), plan.rejected.begin(), plan.rejected.end());
-    }
+    step_until([&] { return !scheduler.has_work(); },
+               [&] {
+                   StepPlan const plan = engine.step();
+                   rejected.insert(rejected.end(), plan.rejected.begin(), plan.rejected.end());
+               },
+               scenario_steps, "the scheduler going idle");
     BOOST_TEST((rejected == std::vector{id(1)}));
     BOOST_TEST(engine.end_count(id(1)) == 1);
     BOOST_TEST(engine.end_count(id(2)) == 1);
@@ -468,10 +496,9 @@ BOOST_AUTO_TEST_CASE(a_stop_condition_ends_a_request_before_max_new_tokens) {
     FakeEngine engine(scheduler, kv);
     scheduler.add({.id = id(1), .prompt_length = 4, .max_new_tokens = 50});
     constexpr int stop_after = 3;
-    while (scheduler.has_work()) {
-        BOOST_REQUIRE(engine.steps < 10);
-        engine.step([](Request const& r) { return r.generated + 1 == stop_after; });
-    }
+    step_until([&] { return !scheduler.has_work(); },
+               [&] { engine.step([](Request const& r) { return r.generated + 1 == stop_after; }); },
+               10, "the stop condition ending the request");
     BOOST_TEST(engine.steps == stop_after);
 }
 
