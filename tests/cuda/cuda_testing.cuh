@@ -1,8 +1,9 @@
 #pragma once
 // Helpers for the CUDA tests: plain main() programs (no Boost under nvcc) that skip with exit
-// code 77 where no device exists, count failed expectations, and measure errors the way
-// DESIGN.md prescribes: max |out - ref| / bound, where each element's bound comes from the
-// dtype and the reduction length (<= 1 passes; NaN is infinitely wrong).
+// code 77 where the machine has no GPU (and fail where it has one CUDA cannot use), count failed
+// expectations, and measure errors the way DESIGN.md prescribes: max |out - ref| / bound, where
+// each element's bound comes from the dtype and the reduction length (<= 1 passes; NaN is
+// infinitely wrong).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -49,8 +50,17 @@ class Checker {
 // Runs `body(checker)` on a device, or reports the skip; exceptions count as failures.
 template <class Body>
 int run_device_tests(char const* name, Body&& body) {
-    if (kernels::cuda::device_count() == 0) {
-        std::printf("%s: no CUDA device: skipped\n", name);
+    // No GPU on this machine: skipped. CUDA failing where the machine shows a GPU: a failure
+    // (kernels/cuda/device_probe.hpp), so a GPU run cannot pass by skipping.
+    int devices = 0;
+    try {
+        devices = kernels::cuda::device_count();
+    } catch (std::exception const& error) {
+        std::printf("FAILED: %s: %s\n", name, error.what());
+        return 1;
+    }
+    if (devices == 0) {
+        std::printf("%s: no CUDA device (no GPU on this machine): skipped\n", name);
         return skipped_exit_code;
     }
     cudaDeviceProp properties{};

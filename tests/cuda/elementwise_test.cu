@@ -1,5 +1,8 @@
 // Device RMSNorm, RoPE, SwiGLU, row ops, embedding and quantized linear against the host kernels,
-// on fresh seeded random inputs at SmolLM2-135M's sizes.
+// on fresh seeded random inputs at SmolLM2-135M's sizes. Also: RMSNorm and SwiGLU in place (out
+// aliasing an input) equal to out of place, bitwise; RoPE and block copies past grid y's 65,535
+// blocks; and an error left pending by earlier work is reported as earlier, not as the next
+// kernel's.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +13,7 @@
 
 #include <tinfer/config/presets.hpp>
 #include <tinfer/kernels/cuda/embedding.cuh>
+#include <tinfer/kernels/cuda/kv_cache.cuh>
 #include <tinfer/kernels/cuda/linear.cuh>
 #include <tinfer/kernels/cuda/rmsnorm.cuh>
 #include <tinfer/kernels/cuda/rope.cuh>
@@ -47,8 +51,14 @@ void test_rmsnorm(Checker& checker, std::mt19937_64& rng) {
     // Each side: sum of squares within hidden * eps, then a square root (halves it), a
     // reciprocal and two products of a few eps each.
     double const rtol = (model.hidden + 16) * float_epsilon;
-    checker.expect_within(max_scaled_error(out.to_host(), expected, tiny, rtol),
-                          "rmsnorm hidden 576");
+    auto const result = out.to_host();
+    checker.expect_within(max_scaled_error(result, expected, tiny, rtol), "rmsnorm hidden 576");
+
+    // In place (out == x, as the kernel allows): the same floats as out of place.
+    DeviceBuffer<float> in_place(x);
+    kernels::cuda::rmsnorm<model.hidden>(in_place.data(), dweight.data(), eps, rows,
+                                         in_place.data());
+    checker.expect(in_place.to_host() == result, "rmsnorm in place == out of place, bitwise");
 }
 
 void test_rope(Checker& checker, std::mt19937_64& rng) {
@@ -115,8 +125,88 @@ void test_swiglu(Checker& checker, std::mt19937_64& rng) {
     auto out = poisoned_floats(n);
     kernels::cuda::swiglu(dgate.data(), dup.data(), n, out.data());
     // exp within 2 ulp on the device, 1 on the host; a sum, a quotient and a product.
-    checker.expect_within(max_scaled_error(out.to_host(), expected, tiny, 8 * float_epsilon),
-                          "swiglu");
+    auto const result = out.to_host();
+    checker.expect_within(max_scaled_error(result, expected, tiny, 8 * float_epsilon), "swiglu");
+
+    // In place on either input (the device model writes over gate): the same floats.
+    DeviceBuffer<float> gate_in_place(gate), up_in_place(up);
+    kernels::cuda::swiglu(gate_in_place.data(), dup.data(), n, gate_in_place.data());
+    kernels::cuda::swiglu(dgate.data(), up_in_place.data(), n, up_in_place.data());
+    checker.expect(gate_in_place.to_host() == result, "swiglu out == gate, bitwise");
+    checker.expect(up_in_place.to_host() == result, "swiglu out == up, bitwise");
+}
+
+// More rows than grid y holds blocks (65,535): every row must still turn, the last ones too.
+void test_rope_beyond_grid_y(Checker& checker, std::mt19937_64& rng) {
+    constexpr int head_dim = model.head_dim;
+    constexpr int rows = 65535 + 4465;  // 70,000
+    constexpr int heads = 1;
+    std::vector<int> positions(rows);
+    for (int r = 0; r < rows; ++r) positions[r] = r;
+    auto const x = random_floats(rng, static_cast<std::size_t>(rows) * heads * head_dim);
+    DeviceBuffer<int> const dpositions(positions);
+    auto dtable = poisoned_floats(static_cast<std::size_t>(rows) * head_dim);
+    kernels::cuda::rope_table<head_dim>(model.rope_base, dpositions.data(), rows, dtable.data());
+    auto const table = dtable.to_host();
+    // The host applies the device's own table: the two differ only by the rounding of
+    // x0 c - x1 s (3 roundings a side, or 2 where the device fuses a product into the sum).
+    std::vector<float> expected = x;
+    kernels::apply_rope<head_dim>(expected.data(), rows, heads, head_dim, table.data());
+    DeviceBuffer<float> dx(x);
+    kernels::cuda::apply_rope<head_dim>(dx.data(), rows, heads, head_dim, dtable.data());
+    std::vector<double> bound(x.size());
+    for (std::size_t i = 0; i < x.size(); i += 2)
+        bound[i] = bound[i + 1] = 8 * float_epsilon * (std::abs(x[i]) + std::abs(x[i + 1])) + tiny;
+    checker.expect_within(max_scaled_error(dx.to_host(), expected, bound),
+                          "rope over 70,000 rows (past grid y's 65,535)");
+}
+
+// More block copies than grid y holds blocks: every target a bitwise copy of its source.
+void test_copy_blocks_beyond_grid_y(Checker& checker, std::mt19937_64& rng) {
+    constexpr int copies = 65535 + 4465;
+    constexpr std::size_t block_bytes = 48;  // 3 words of 16 bytes
+    std::vector<std::byte> pool(2 * copies * block_bytes);
+    for (std::size_t i = 0; i < copies * block_bytes; ++i) pool[i] = std::byte(rng() & 0xff);
+    std::vector<kernels::cuda::BlockCopy> pairs;
+    for (int c = 0; c < copies; ++c) pairs.push_back({c, 2 * copies - 1 - c});  // reversed
+    DeviceBuffer<std::byte> dpool(pool);
+    DeviceBuffer<kernels::cuda::BlockCopy> const dpairs(pairs);
+    kernels::cuda::copy_blocks(dpool.data(), block_bytes, dpairs.data(), copies);
+    auto const result = dpool.to_host();
+    bool equal = true;
+    for (int c = 0; c < copies; ++c)
+        equal = equal && std::memcmp(result.data() + (2 * copies - 1 - c) * block_bytes,
+                                     pool.data() + c * block_bytes, block_bytes) == 0;
+    checker.expect(equal, "copy_blocks of 70,000 blocks (past grid y's 65,535), bitwise");
+}
+
+__global__ void idle_kernel() {}
+
+// An error that earlier work left pending is reported as earlier, not as the next kernel's
+// failure; kernel execution failures (which a not-yet-run kernel cannot cause) likewise.
+void test_earlier_errors_are_named_earlier(Checker& checker) {
+    idle_kernel<<<1, 4096>>>();  // 4096 threads per block: an invalid configuration, unchecked
+    DeviceBuffer<float> buffer(64);
+    std::string message;
+    cudaError_t code = cudaSuccess;
+    try {
+        kernels::cuda::swiglu(buffer.data(), buffer.data(), buffer.size(), buffer.data());
+    } catch (kernels::cuda::CudaError const& error) {
+        message = error.what();
+        code = error.code;
+    }
+    checker.expect(code == cudaErrorInvalidConfiguration &&
+                       message.find("an earlier CUDA call or kernel failed") != std::string::npos &&
+                       message.find("before launching swiglu_kernel") != std::string::npos,
+                   "an error pending before a launch is named earlier: '" + message + "'");
+    // The pending error was consumed with the report: the next launch runs.
+    kernels::cuda::swiglu(buffer.data(), buffer.data(), buffer.size(), buffer.data());
+    kernels::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    checker.expect(kernels::cuda::is_earlier_kernel_failure(cudaErrorIllegalAddress) &&
+                       kernels::cuda::is_earlier_kernel_failure(cudaErrorLaunchFailure) &&
+                       !kernels::cuda::is_earlier_kernel_failure(cudaErrorInvalidConfiguration) &&
+                       !kernels::cuda::is_earlier_kernel_failure(cudaErrorLaunchOutOfResources),
+                   "execution failures are told from launch failures");
 }
 
 // A [rows][cols] matrix of random weights in encoding W, as bytes.
@@ -235,6 +325,9 @@ int main() {
         test_rmsnorm(checker, rng);
         test_rope(checker, rng);
         test_swiglu(checker, rng);
+        test_rope_beyond_grid_y(checker, rng);
+        test_copy_blocks_beyond_grid_y(checker, rng);
+        test_earlier_errors_are_named_earlier(checker);
         test_row_ops(checker, rng);
         test_embedding<DType::q8_0>(checker, rng);
         test_embedding<DType::f16>(checker, rng);

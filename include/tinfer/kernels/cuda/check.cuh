@@ -4,10 +4,14 @@
 // the next synchronisation.
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <mutex>
 #include <source_location>
 #include <string>
+#include <vector>
 
 #include <tinfer/core/error.hpp>
+#include <tinfer/kernels/cuda/device_probe.hpp>
 
 namespace tinfer::kernels::cuda {
 
@@ -26,23 +30,109 @@ inline void check(cudaError_t error, char const* what,
         error, std::string(what) + " at " + where.file_name() + ":" + std::to_string(where.line()));
 }
 
+// Kernel execution failures: a kernel that has not run yet cannot have caused them, so when a
+// launch reports one, it belongs to work queued earlier (CUDA reports it at the next call).
+inline bool is_earlier_kernel_failure(cudaError_t error) {
+    switch (error) {
+        case cudaErrorIllegalAddress:
+        case cudaErrorLaunchFailure:
+        case cudaErrorLaunchTimeout:
+        case cudaErrorAssert:
+        case cudaErrorHardwareStackError:
+        case cudaErrorIllegalInstruction:
+        case cudaErrorMisalignedAddress:
+        case cudaErrorInvalidAddressSpace:
+        case cudaErrorInvalidPc:
+        case cudaErrorECCUncorrectable:
+            return true;
+        default:
+            return false;
+    }
+}
+
+inline std::string launch_site(char const* kernel, std::source_location const& where) {
+    return std::string(kernel) + " at " + where.file_name() + ":" + std::to_string(where.line());
+}
+
+// Call right before every <<<...>>>: an error already pending (an unchecked earlier launch, or
+// an asynchronous failure CUDA has noticed) is reported as earlier, so check_launch after the
+// launch blames only what the launch itself did.
+inline void check_before_launch(char const* kernel,
+                                std::source_location where = std::source_location::current()) {
+    if (cudaError_t const pending = cudaGetLastError(); pending != cudaSuccess)
+        throw CudaError(pending,
+                        "an earlier CUDA call or kernel failed (error pending before "
+                        "launching " +
+                            launch_site(kernel, where) + ")");
+}
+
 // Launch errors (bad configuration, too much shared memory) surface only through
 // cudaGetLastError; call this right after every <<<...>>>.
 inline void check_launch(char const* kernel,
                          std::source_location where = std::source_location::current()) {
-    check(cudaGetLastError(), kernel, where);
+    cudaError_t const error = cudaGetLastError();
+    if (error == cudaSuccess) return;
+    if (is_earlier_kernel_failure(error))
+        throw CudaError(error, "a kernel queued before " + launch_site(kernel, where) +
+                                   " failed (reported at this launch)");
+    throw CudaError(error, "launching " + launch_site(kernel, where));
 }
 
-// Devices visible to this process; 0 (not an error) when there is no driver or no GPU, so
-// tests and benchmarks can skip cleanly.
+// The most blocks a grid may have along y and z.
+inline constexpr unsigned max_grid_yz = 65535;
+
+// A grid whose y or z exceeds CUDA's limit is refused naming the kernel (a launch would fail
+// with an opaque invalid configuration).
+inline void check_grid(dim3 grid, char const* kernel) {
+    if (grid.y > max_grid_yz || grid.z > max_grid_yz)
+        throw Error(std::string(kernel) + ": grid (" + std::to_string(grid.x) + ", " +
+                    std::to_string(grid.y) + ", " + std::to_string(grid.z) + ") exceeds " +
+                    std::to_string(max_grid_yz) + " blocks in y or z");
+}
+
+// Devices visible to this process: 0 when there is truly no GPU (no driver, no device: tests
+// and benchmarks skip), a CudaError when CUDA fails on a machine that shows a GPU
+// (device_probe.hpp), so a broken setup never passes as "no device".
 inline int device_count() {
     int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) {
-        (void)cudaGetLastError();  // clear the sticky "no device" error
-        return 0;
-    }
-    return count;
+    cudaError_t const error = cudaGetDeviceCount(&count);
+    (void)cudaGetLastError();  // a failed query leaves its error pending; it is handled here
+    CudaDeviceQuery const query = error == cudaSuccess ? CudaDeviceQuery::ok
+                                  : error == cudaErrorNoDevice ||
+                                          error == cudaErrorInsufficientDriver ||
+                                          error == cudaErrorStubLibrary
+                                      ? CudaDeviceQuery::no_device_or_driver
+                                      : CudaDeviceQuery::other_error;
+    // The machine is asked only when CUDA found nothing (nvidia-smi takes a while).
+    bool const gpu_visible = query == CudaDeviceQuery::ok && count > 0 ? true : machine_shows_gpu();
+    DeviceCountDecision const decision = decide_device_count(
+        query, count, gpu_visible, error == cudaSuccess ? "" : cudaGetErrorName(error));
+    if (!decision.failure.empty())
+        throw CudaError(error == cudaSuccess ? cudaErrorNoDevice : error, decision.failure);
+    return decision.devices;
 }
+
+// Runs a setup step once per device (function attributes such as a kernel's dynamic shared
+// memory limit belong to the current device's context: a process that uses several devices
+// must set them on each). One instance per setup step, usually a function-local static.
+class PerDeviceOnce {
+  public:
+    template <class Setup>
+    void operator()(Setup&& setup) {
+        int device = 0;
+        check(cudaGetDevice(&device), "cudaGetDevice");
+        std::lock_guard const lock(mutex_);
+        auto const index = static_cast<std::size_t>(device);
+        if (index >= done_.size()) done_.resize(index + 1, false);
+        if (done_[index]) return;
+        setup();  // throws: not marked done, tried again next time
+        done_[index] = true;
+    }
+
+  private:
+    std::mutex mutex_;
+    std::vector<bool> done_;
+};
 
 // Integer division rounding up, for grid sizes.
 template <class Int>

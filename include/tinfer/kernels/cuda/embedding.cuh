@@ -47,6 +47,7 @@ void embedding(WeightMatrix const& table, std::int32_t const* tokens, int count,
                   "embedding: hidden must be a multiple of 32 (one quantized block)");
     check_device_weights<W, Hidden>(table, "embedding table");
     if (count <= 0) return;
+    check_before_launch("embedding_kernel");
     embedding_kernel<W, Hidden><<<count, embedding_threads<Hidden>, 0, stream>>>(
         reinterpret_cast<WeightGroup<W> const*>(table.data), tokens, out);
     check_launch("embedding_kernel");

@@ -18,12 +18,11 @@ namespace tinfer::kernels::cuda {
 
 inline constexpr int kv_append_threads = 128;
 
-template <class Codec, int HeadDim>
+template <class Codec, int HeadDim, class ValueCodec>
 __global__ void __launch_bounds__(kv_append_threads)
     kv_append_kernel(PagedKvLayer layer, int kv_heads, float const* __restrict__ keys,
                      float const* __restrict__ values, int const* __restrict__ seqs,
                      int const* __restrict__ positions, int tokens) {
-    constexpr std::size_t vector_bytes = Codec::template vector_bytes<HeadDim>;
     int const index = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
     int const per_token = 2 * kv_heads;  // K vectors, then V vectors
     if (index >= tokens * per_token) return;
@@ -32,20 +31,30 @@ __global__ void __launch_bounds__(kv_append_threads)
     bool const is_value = index % per_token >= kv_heads;
     float const* source = (is_value ? values : keys) +
                           (static_cast<std::size_t>(token) * kv_heads + kv_head) * HeadDim;
-    std::byte* target = layer.vector(is_value ? layer.value_offset : layer.key_offset, vector_bytes,
-                                     seqs[token], kv_head, positions[token]);
-    Codec::template encode<HeadDim>(source, target);
+    // K with the key codec, V with the value codec: each at its own vector size.
+    if (is_value)
+        ValueCodec::template encode<HeadDim>(
+            source, layer.vector(layer.value_offset, ValueCodec::template vector_bytes<HeadDim>,
+                                 seqs[token], kv_head, positions[token]));
+    else
+        Codec::template encode<HeadDim>(
+            source, layer.vector(layer.key_offset, Codec::template vector_bytes<HeadDim>,
+                                 seqs[token], kv_head, positions[token]));
 }
 
 // keys, values: [tokens][kv_heads][HeadDim]; token t goes to sequence seqs[t] at positions[t],
-// whose block the caller has reserved (and made unshared) in layer.block_tables.
-template <class Codec, int HeadDim>
-requires kv::KvCodec<Codec, HeadDim>
+// whose block the caller has reserved (and made unshared) in layer.block_tables. Keys are
+// encoded with Codec, values with ValueCodec (a cache may hold them in different codecs); the
+// layer must have been made for those codecs (check_layer_codecs).
+template <class Codec, int HeadDim, class ValueCodec = Codec>
+requires kv::KvCodec<Codec, HeadDim> && kv::KvCodec<ValueCodec, HeadDim>
 void kv_append(PagedKvLayer const& layer, int kv_heads, float const* keys, float const* values,
                int const* seqs, int const* positions, int tokens, cudaStream_t stream = nullptr) {
     if (tokens <= 0) return;
+    check_layer_codecs<Codec, ValueCodec, HeadDim>(layer, "kv_append");
     int const vectors = tokens * 2 * kv_heads;
-    kv_append_kernel<Codec, HeadDim>
+    check_before_launch("kv_append_kernel");
+    kv_append_kernel<Codec, HeadDim, ValueCodec>
         <<<ceil_div(vectors, kv_append_threads), kv_append_threads, 0, stream>>>(
             layer, kv_heads, keys, values, seqs, positions, tokens);
     check_launch("kv_append_kernel");
@@ -61,19 +70,24 @@ inline constexpr int block_copy_threads = 256;
 
 __global__ void __launch_bounds__(block_copy_threads)
     copy_blocks_kernel(std::byte* storage, std::size_t block_bytes,
-                       BlockCopy const* __restrict__ copies) {
-    BlockCopy const copy = copies[blockIdx.y];
-    std::byte const* source = storage + static_cast<std::size_t>(copy.source) * block_bytes;
-    std::byte* target = storage + static_cast<std::size_t>(copy.target) * block_bytes;
-    // Blocks start at multiples of block_bytes from a cudaMalloc'd base: 16-byte words when the
-    // block size allows them, bytes for the rest.
-    constexpr std::size_t word = sizeof(uint4);
-    std::size_t const words = block_bytes % word == 0 ? block_bytes / word : 0;
-    std::size_t const stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-    std::size_t const first = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    for (std::size_t i = first; i < words; i += stride)
-        reinterpret_cast<uint4*>(target)[i] = reinterpret_cast<uint4 const*>(source)[i];
-    for (std::size_t i = words * word + first; i < block_bytes; i += stride) target[i] = source[i];
+                       BlockCopy const* __restrict__ copies, int count) {
+    // Copies stride over grid y, which holds at most 65,535 blocks: a fork of a long sequence
+    // (or many) may copy more blocks than that in one call.
+    for (int c = static_cast<int>(blockIdx.y); c < count; c += static_cast<int>(gridDim.y)) {
+        BlockCopy const copy = copies[c];
+        std::byte const* source = storage + static_cast<std::size_t>(copy.source) * block_bytes;
+        std::byte* target = storage + static_cast<std::size_t>(copy.target) * block_bytes;
+        // Blocks start at multiples of block_bytes from a cudaMalloc'd base: 16-byte words when
+        // the block size allows them, bytes for the rest.
+        constexpr std::size_t word = sizeof(uint4);
+        std::size_t const words = block_bytes % word == 0 ? block_bytes / word : 0;
+        std::size_t const stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+        std::size_t const first = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+        for (std::size_t i = first; i < words; i += stride)
+            reinterpret_cast<uint4*>(target)[i] = reinterpret_cast<uint4 const*>(source)[i];
+        for (std::size_t i = words * word + first; i < block_bytes; i += stride)
+            target[i] = source[i];
+    }
 }
 
 // storage: the device pool, [blocks][block_bytes]; copies: device array of `count` pairs whose
@@ -83,8 +97,10 @@ inline void copy_blocks(std::byte* storage, std::size_t block_bytes, BlockCopy c
     if (count <= 0) return;
     constexpr std::size_t bytes_per_thread_block = block_copy_threads * sizeof(uint4);
     int const blocks_per_copy = static_cast<int>(ceil_div(block_bytes, bytes_per_thread_block));
-    copy_blocks_kernel<<<dim3(blocks_per_copy, count), block_copy_threads, 0, stream>>>(
-        storage, block_bytes, copies);
+    unsigned const copy_blocks_y = static_cast<unsigned>(count) < max_grid_yz ? count : max_grid_yz;
+    check_before_launch("copy_blocks_kernel");
+    copy_blocks_kernel<<<dim3(blocks_per_copy, copy_blocks_y), block_copy_threads, 0, stream>>>(
+        storage, block_bytes, copies, count);
     check_launch("copy_blocks_kernel");
 }
 

@@ -172,12 +172,15 @@ void linear(WeightMatrix const& w, float const* x, int tokens, float* y,
     auto const* groups = reinterpret_cast<WeightGroup<W> const*>(w.data);
     if (tokens <= LinearDecodeShape::max_tokens) {
         int const blocks = ceil_div(outputs, LinearDecodeShape::warps);
+        check_before_launch("linear_decode_kernel");
         linear_decode_kernel<W, In>
             <<<blocks, LinearDecodeShape::threads, 0, stream>>>(groups, x, y, tokens, outputs);
         check_launch("linear_decode_kernel");
     } else {
         dim3 const grid(ceil_div(outputs, LinearGemmShape::tile_outputs),
                         ceil_div(tokens, LinearGemmShape::tile_tokens));
+        check_grid(grid, "linear_gemm_kernel");
+        check_before_launch("linear_gemm_kernel");
         linear_gemm_kernel<W, In>
             <<<grid, LinearGemmShape::threads, 0, stream>>>(groups, x, y, tokens, outputs);
         check_launch("linear_gemm_kernel");

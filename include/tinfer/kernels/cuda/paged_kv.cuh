@@ -11,7 +11,10 @@
 // what Codec::decode computes (the same conversion, then the same multiply by the stored scale).
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <type_traits>
+
+#include <tinfer/core/error.hpp>
 
 #include <tinfer/core/int_quant.hpp>
 #include <tinfer/kernels/cuda/element.cuh>
@@ -27,6 +30,11 @@ struct PagedKvLayer {
     int block_size = 0;                 // tokens per block
     int const* block_tables = nullptr;  // [seqs][table_stride] physical block ids
     int table_stride = 0;
+    // Bytes of one K and one V vector in the cache this view was made for (paged_kv_layer sets
+    // them from the cache type; 0: not recorded, unchecked). The kernels compare them with their
+    // codecs, so V is never read with K's codec when the two differ.
+    std::size_t key_vector_bytes = 0;
+    std::size_t value_vector_bytes = 0;
 
     __device__ std::byte* vector(std::size_t part_offset, std::size_t vector_bytes, int seq,
                                  int kv_head, int position) const {
@@ -53,6 +61,8 @@ PagedKvLayer paged_kv_layer(std::byte* device_storage, int layer, int const* dev
         .block_size = Cache::block_size,
         .block_tables = device_block_tables,
         .table_stride = table_stride,
+        .key_vector_bytes = Cache::key_vector_bytes,
+        .value_vector_bytes = Cache::value_vector_bytes,
     };
 }
 
@@ -131,5 +141,42 @@ template <class Codec, int HeadDim>
 concept DeviceKvCodec = kv::KvCodec<Codec, HeadDim> && requires {
     KvReader<Codec, HeadDim>::elements;
 } && KvReader<Codec, HeadDim>::vector_bytes == Codec::template vector_bytes<HeadDim>;
+
+// Elements a kernel moves per access when it reads K with one reader and V with another: the
+// wider of the two, which the narrower loads as consecutive runs (widths are 4 or 8, so one
+// divides the other).
+template <class KeyReader, class ValueReader>
+inline constexpr int kv_load_elements =
+    KeyReader::elements > ValueReader::elements ? KeyReader::elements : ValueReader::elements;
+
+// out = elements first .. first+Count-1 of the vector at `vector`, in runs of Reader's width.
+template <class Reader, int Count>
+__device__ inline void load_run(std::byte const* vector, int first, float (&out)[Count]) {
+    static_assert(Count % Reader::elements == 0, "load_run: Count must be a multiple of the width");
+#pragma unroll
+    for (int run = 0; run < Count / Reader::elements; ++run) {
+        float part[Reader::elements];
+        Reader::load(vector, first + run * Reader::elements, part);
+#pragma unroll
+        for (int e = 0; e < Reader::elements; ++e) out[run * Reader::elements + e] = part[e];
+    }
+}
+
+// A layer made for other codecs than the kernel's is refused (its V would be decoded with the
+// wrong codec, or at the wrong vector size).
+template <class KeyCodec, class ValueCodec, int HeadDim>
+void check_layer_codecs(PagedKvLayer const& layer, char const* kernel) {
+    constexpr std::size_t key_bytes = KeyCodec::template vector_bytes<HeadDim>;
+    constexpr std::size_t value_bytes = ValueCodec::template vector_bytes<HeadDim>;
+    bool const key_ok = layer.key_vector_bytes == 0 || layer.key_vector_bytes == key_bytes;
+    bool const value_ok = layer.value_vector_bytes == 0 || layer.value_vector_bytes == value_bytes;
+    if (!key_ok || !value_ok)
+        throw Error(std::string(kernel) + ": the cache holds K vectors of " +
+                    std::to_string(layer.key_vector_bytes) + " bytes and V vectors of " +
+                    std::to_string(layer.value_vector_bytes) + ", the kernel's codecs (" +
+                    std::string(KeyCodec::name) + ", " + std::string(ValueCodec::name) +
+                    ") write " + std::to_string(key_bytes) + " and " + std::to_string(value_bytes) +
+                    ": pass the cache's value codec as the kernel's ValueCodec");
+}
 
 }  // namespace tinfer::kernels::cuda

@@ -25,8 +25,11 @@ struct RmsNormShape {
 
 template <int Hidden>
 __global__ void __launch_bounds__(RmsNormShape<Hidden>::threads)
-    rmsnorm_kernel(float const* __restrict__ x, float const* __restrict__ weight,
-                   float* __restrict__ out, float eps) {
+    rmsnorm_kernel(float const* x, float const* __restrict__ weight, float* out, float eps) {
+    // x and out may be the same rows (no __restrict__ on either: promising the compiler they do
+    // not overlap would make an in-place call undefined). Each thread reads its elements into
+    // registers before the block-wide reduction and writes only those same elements after it,
+    // so in place is exact.
     using Shape = RmsNormShape<Hidden>;
     using Reduce = cub::BlockReduce<float, Shape::threads>;
     __shared__ typename Reduce::TempStorage reduce_storage;
@@ -56,6 +59,7 @@ template <int Hidden>
 void rmsnorm(float const* x, float const* weight, float eps, int rows, float* out,
              cudaStream_t stream = nullptr) {
     if (rows <= 0) return;
+    check_before_launch("rmsnorm_kernel");
     rmsnorm_kernel<Hidden><<<rows, RmsNormShape<Hidden>::threads, 0, stream>>>(x, weight, out, eps);
     check_launch("rmsnorm_kernel");
 }

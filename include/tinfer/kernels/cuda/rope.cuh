@@ -33,6 +33,7 @@ void rope_table(double base, int const* positions, int rows, float* cos_sin,
                 cudaStream_t stream = nullptr) {
     static_assert(HeadDim % 2 == 0, "rope: head_dim must be even (adjacent pairs rotate)");
     if (rows <= 0) return;
+    check_before_launch("rope_table_kernel");
     rope_table_kernel<HeadDim><<<rows, HeadDim / 2, 0, stream>>>(base, positions, cos_sin);
     check_launch("rope_table_kernel");
 }
@@ -42,23 +43,26 @@ inline constexpr int rope_threads = 256;
 
 template <int HeadDim>
 __global__ void __launch_bounds__(rope_threads)
-    apply_rope_kernel(float* __restrict__ x, int heads, std::size_t row_stride,
+    apply_rope_kernel(float* __restrict__ x, int rows, int heads, std::size_t row_stride,
                       float const* __restrict__ cos_sin) {
     constexpr int pairs = HeadDim / 2;
-    int const row = static_cast<int>(blockIdx.y);
     int const index =
         static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);  // head * pairs + pair
     if (index >= heads * pairs) return;
     int const head = index / pairs;
     int const pair = index % pairs;
-    float2 const table = *reinterpret_cast<float2 const*>(
-        cos_sin + static_cast<std::size_t>(row) * HeadDim + 2 * pair);
-    float* v = x + static_cast<std::size_t>(row) * row_stride +
-               static_cast<std::size_t>(head) * HeadDim + 2 * pair;
-    float2 const pair_values = *reinterpret_cast<float2 const*>(v);
-    float const c = table.x, s = table.y;
-    *reinterpret_cast<float2*>(v) =
-        make_float2(pair_values.x * c - pair_values.y * s, pair_values.x * s + pair_values.y * c);
+    // Rows stride over grid y, which holds at most 65,535 blocks: a prefill of more tokens
+    // loops instead of failing to launch.
+    for (int row = static_cast<int>(blockIdx.y); row < rows; row += static_cast<int>(gridDim.y)) {
+        float2 const table = *reinterpret_cast<float2 const*>(
+            cos_sin + static_cast<std::size_t>(row) * HeadDim + 2 * pair);
+        float* v = x + static_cast<std::size_t>(row) * row_stride +
+                   static_cast<std::size_t>(head) * HeadDim + 2 * pair;
+        float2 const pair_values = *reinterpret_cast<float2 const*>(v);
+        float const c = table.x, s = table.y;
+        *reinterpret_cast<float2*>(v) = make_float2(pair_values.x * c - pair_values.y * s,
+                                                    pair_values.x * s + pair_values.y * c);
+    }
 }
 
 // Rotates `heads` heads of each row in place: row r at x + r * row_stride, head h at
@@ -67,8 +71,11 @@ template <int HeadDim>
 void apply_rope(float* x, int rows, int heads, std::size_t row_stride, float const* cos_sin,
                 cudaStream_t stream = nullptr) {
     if (rows <= 0 || heads <= 0) return;
-    dim3 const grid(ceil_div(heads * (HeadDim / 2), rope_threads), rows);
-    apply_rope_kernel<HeadDim><<<grid, rope_threads, 0, stream>>>(x, heads, row_stride, cos_sin);
+    unsigned const row_blocks = static_cast<unsigned>(rows) < max_grid_yz ? rows : max_grid_yz;
+    dim3 const grid(ceil_div(heads * (HeadDim / 2), rope_threads), row_blocks);
+    check_before_launch("apply_rope_kernel");
+    apply_rope_kernel<HeadDim>
+        <<<grid, rope_threads, 0, stream>>>(x, rows, heads, row_stride, cos_sin);
     check_launch("apply_rope_kernel");
 }
 

@@ -30,6 +30,7 @@ inline void add_in_place(float* y, float const* x, std::size_t n, cudaStream_t s
     constexpr std::int64_t max_blocks = 4096;  // a grid-stride loop: enough to fill the device
     std::int64_t const wanted = ceil_div<std::int64_t>(elements, row_op_threads);
     int const blocks = static_cast<int>(wanted < max_blocks ? wanted : max_blocks);
+    check_before_launch("add_in_place_kernel");
     add_in_place_kernel<<<blocks, row_op_threads, 0, stream>>>(y, x, elements);
     check_launch("add_in_place_kernel");
 }
@@ -52,6 +53,7 @@ template <int Width>
 void gather_rows(float const* x, int const* rows, int count, int source_rows, float* out,
                  cudaStream_t stream = nullptr) {
     if (count <= 0) return;
+    check_before_launch("gather_rows_kernel");
     gather_rows_kernel<Width><<<count, row_op_threads, 0, stream>>>(x, rows, source_rows, out);
     check_launch("gather_rows_kernel");
 }

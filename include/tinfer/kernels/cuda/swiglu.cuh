@@ -17,8 +17,10 @@ __device__ inline float silu(float x) {
 }
 
 __global__ void __launch_bounds__(swiglu_threads)
-    swiglu_kernel(float const* __restrict__ gate, float const* __restrict__ up,
-                  float* __restrict__ out, std::int64_t elements) {
+    swiglu_kernel(float const* gate, float const* up, float* out, std::int64_t elements) {
+    // out may be gate or up (the device model gates in place): no __restrict__, which would
+    // promise the compiler they never overlap. Element i is read before it is written, by the
+    // same thread.
     std::int64_t const stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
     for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
          i < elements; i += stride)
@@ -34,6 +36,7 @@ inline void swiglu(float const* gate, float const* up, std::size_t n, float* out
     constexpr std::int64_t max_blocks = 4096;
     std::int64_t const wanted = ceil_div<std::int64_t>(elements, swiglu_threads);
     int const blocks = static_cast<int>(wanted < max_blocks ? wanted : max_blocks);
+    check_before_launch("swiglu_kernel");
     swiglu_kernel<<<blocks, swiglu_threads, 0, stream>>>(gate, up, out, elements);
     check_launch("swiglu_kernel");
 }
