@@ -51,7 +51,13 @@ class Histogram {
 struct EngineSnapshot {
     int running = 0;
     int waiting = 0;
-    double kv_usage = 0;  // share of the KV pool's blocks in use (prefix cache included)
+    std::int64_t live = 0;  // the engine's request table: submitted and not yet finished
+    // The KV pool's blocks: held by live sequences, held only by the prefix cache (evictable),
+    // free. sequence + prefix_only + free = total.
+    int total_blocks = 0;
+    int sequence_blocks = 0;
+    int prefix_only_blocks = 0;
+    int free_blocks = 0;
     std::int64_t preemptions = 0;
 };
 
@@ -63,9 +69,11 @@ class ServerMetrics {
     explicit ServerMetrics(std::string model_name)
         : model_label_("model_name=\"" + model_name + "\"") {}
 
-    void on_prompt(int prompt_tokens) {
+    // One engine sequence submitted (a choice of a prompt).
+    void on_submitted(int prompt_tokens) {
         std::lock_guard lock(mutex_);
         prompt_tokens_ += prompt_tokens;
+        ++submitted_;
     }
     void on_first_token(double seconds_since_arrival) {
         std::lock_guard lock(mutex_);
@@ -121,8 +129,31 @@ class ServerMetrics {
                "Generation requests the HTTP front end holds (the --max-queue limit counts "
                "these).",
                admitted_);
+        scalar("tinfer:num_requests_live", "gauge",
+               "Requests in the engine's table (submitted, not yet finished).", engine_.live);
+        scalar("tinfer:request_submitted_total", "counter",
+               "Engine requests submitted (one per choice of each prompt); each ends once in "
+               "tinfer:request_success_total.",
+               submitted_);
+        auto const share = [&](int blocks) {
+            return engine_.total_blocks ? static_cast<double>(blocks) / engine_.total_blocks : 0.0;
+        };
         scalar("tinfer:kv_cache_usage_perc", "gauge",
-               "Share of the KV cache's blocks in use (1 = full).", engine_.kv_usage);
+               "Share of the KV cache's blocks held by live sequences (1 = full); blocks only "
+               "the prefix cache holds are evictable and count as free, as in vLLM.",
+               share(engine_.sequence_blocks));
+        scalar("tinfer:prefix_cache_usage_perc", "gauge",
+               "Share of the KV cache's blocks held only by the prefix cache (evictable).",
+               share(engine_.prefix_only_blocks));
+        scalar("tinfer:kv_cache_total_blocks", "gauge", "Blocks in the KV pool.",
+               engine_.total_blocks);
+        scalar("tinfer:kv_cache_sequence_blocks", "gauge",
+               "KV blocks held by live sequences (a shared block counts once).",
+               engine_.sequence_blocks);
+        scalar("tinfer:kv_cache_prefix_only_blocks", "gauge",
+               "KV blocks held only by the prefix cache.", engine_.prefix_only_blocks);
+        scalar("tinfer:kv_cache_free_blocks", "gauge", "KV blocks on the pool's free list.",
+               engine_.free_blocks);
         scalar("tinfer:num_preemptions_total", "counter", "Cumulative preemptions.",
                engine_.preemptions);
         scalar("tinfer:prompt_tokens_total", "counter", "Prompt tokens admitted.", prompt_tokens_);
@@ -179,6 +210,7 @@ class ServerMetrics {
     std::string model_label_;
     EngineSnapshot engine_;
     int admitted_ = 0;
+    std::int64_t submitted_ = 0;
     std::int64_t prompt_tokens_ = 0;
     std::int64_t generation_tokens_ = 0;
     std::int64_t prefix_cache_queries_ = 0;

@@ -4,12 +4,15 @@
 //   POST /v1/completions, POST /v1/chat/completions   (JSON answers, or SSE with "stream")
 //   GET /v1/models, GET /health, GET /metrics          (Prometheus text format)
 //
-// Threads: one engine thread runs Engine::serve() and every token callback; each HTTP
-// connection runs on a pool thread. A request's callbacks push its events into a queue of its
-// own that the connection's thread drains, writing JSON or SSE chunks. A client that hangs up
-// is noticed (a failed write, or its socket reporting the hang-up) and its request aborted, so
-// its KV blocks are freed at the engine's next step.
+// Threads: one engine thread runs Engine::serve() and every token callback. A few I/O threads
+// run every connection (http_server.hpp: event-driven, so an idle or trickling connection holds
+// no thread). A small worker pool parses, tokenizes and submits generation requests, off the
+// I/O threads. A request's callbacks push its events into a queue of its own and wake its
+// connection's strand, which drains them into JSON or SSE chunks. A client that hangs up is
+// noticed (its connection's open read ends, or a write fails) and its request aborted, so its
+// KV blocks are freed at the engine's next step.
 #include <pthread.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -39,7 +42,7 @@
 #include <tinfer/engine/engine.hpp>
 #include <tinfer/model/shipped_presets.hpp>
 
-#include "connection.hpp"
+#include "http_server.hpp"
 #include "openai_protocol.hpp"
 #include "prometheus.hpp"
 
@@ -49,6 +52,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using serve::ApiError;
 using serve::json;
+namespace net = serve::net;
 
 using Serving =
     tinfer::sched::Scheduler<tinfer::sched::ContinuousBatching<64, 1024>,
@@ -59,9 +63,9 @@ template <tinfer::ModelConfig Cfg>
 using ServingEngineFor =
     tinfer::Engine<tinfer::Llama<Cfg>, Serving, tinfer::Host, tinfer::PagedKv<>>;
 
-// How long a waiting connection thread sleeps before it looks at its client and the server's
-// state again: the delay before a hang-up or a shutdown is noticed.
-constexpr auto poll_interval = 100ms;
+// How often an answer in progress looks at the server's state (stopping, engine failed); its
+// tokens and its client's hang-up wake it at once.
+constexpr auto state_check_interval = 200ms;
 
 struct Options {
     std::string model;
@@ -71,8 +75,15 @@ struct Options {
     int threads = 0;
     std::size_t kv_budget_mb = 256;
     int max_queue = 256;
-    std::size_t max_body_bytes = std::size_t{1} << 20;
-    int read_timeout_seconds = 10;
+    int max_model_len = 0;  // 0: the model's context
+    std::size_t max_body_bytes = serve::http_limits::default_max_body_bytes;
+    int header_timeout_seconds = serve::http_limits::header_deadline_seconds;
+    int body_timeout_seconds = serve::http_limits::body_deadline_seconds;
+    int keep_alive_timeout_seconds = serve::http_limits::keep_alive_idle_seconds;
+    int write_timeout_seconds = serve::http_limits::write_deadline_seconds;
+    int max_connections = serve::http_limits::default_max_connections;
+    int io_threads = 2;
+    int workers = 2;
     int default_max_tokens = 512;
     std::string precision = "int8";
 };
@@ -139,20 +150,22 @@ struct ChoiceEvent {
     tinfer::TokenEvent event;
 };
 
+// Events from the engine thread to the connection: pushed under a mutex, then `wake` (which
+// posts to the connection's strand; cheap, and never blocks the engine).
 class EventChannel {
   public:
+    explicit EventChannel(std::function<void()> wake) : wake_(std::move(wake)) {}
+
     void push(ChoiceEvent event) {
         {
             std::lock_guard lock(mutex_);
             events_.push_back(std::move(event));
         }
-        ready_.notify_one();
+        if (wake_) wake_();
     }
 
-    // Everything queued, after waiting up to `wait` for the first event.
-    std::vector<ChoiceEvent> take(Clock::duration wait) {
-        std::unique_lock lock(mutex_);
-        ready_.wait_for(lock, wait, [&] { return !events_.empty(); });
+    std::vector<ChoiceEvent> take() {
+        std::lock_guard lock(mutex_);
         std::vector<ChoiceEvent> taken(std::make_move_iterator(events_.begin()),
                                        std::make_move_iterator(events_.end()));
         events_.clear();
@@ -161,8 +174,8 @@ class EventChannel {
 
   private:
     std::mutex mutex_;
-    std::condition_variable ready_;
     std::deque<ChoiceEvent> events_;
+    std::function<void()> wake_;
 };
 
 std::string finish_reason_name(tinfer::FinishReason reason) {
@@ -215,16 +228,16 @@ struct ChoiceState {
 
 // The engine requests of one HTTP request (its n choices for each prompt), from submission to
 // the last event. Destroying it aborts whatever has not finished: a handler that returns early,
-// a stream whose client went away.
+// a client that went away.
 template <class ServingEngine>
 class Generation {
   public:
     Generation(ServingEngine& engine, serve::ServerMetrics& metrics,
-               AdmissionLimit::Ticket admission, std::optional<int> client_socket)
+               AdmissionLimit::Ticket admission, std::function<void()> wake)
         : engine_(engine),
           metrics_(metrics),
           admission_(std::move(admission)),
-          client_socket_(client_socket) {}
+          channel_(std::make_shared<EventChannel>(std::move(wake))) {}
 
     Generation(Generation const&) = delete;
     Generation& operator=(Generation const&) = delete;
@@ -262,15 +275,15 @@ class Generation {
                 throw;
             }
             choices_[i].submitted = true;
-            metrics_.on_prompt(prompt_tokens);
+            metrics_.on_submitted(prompt_tokens);
         }
     }
 
-    // The events that arrived within `wait`, folded per choice (a connection that fell behind
-    // sends one chunk per choice, not one per token).
-    std::vector<ChoiceUpdate> next(Clock::duration wait) {
+    // The events that arrived since the last call, folded per choice (a connection that fell
+    // behind sends one chunk per choice, not one per token).
+    std::vector<ChoiceUpdate> next() {
         std::vector<ChoiceUpdate> updates;
-        for (ChoiceEvent& e : channel_->take(wait)) {
+        for (ChoiceEvent& e : channel_->take()) {
             ChoiceState& c = choices_.at(static_cast<std::size_t>(e.choice));
             auto u = std::find_if(updates.begin(), updates.end(),
                                   [&](ChoiceUpdate const& x) { return x.choice == e.choice; });
@@ -306,7 +319,6 @@ class Generation {
         return std::ranges::all_of(choices_,
                                    [](ChoiceState const& c) { return c.finish.has_value(); });
     }
-    bool client_gone() const { return client_socket_ && serve::peer_hung_up(*client_socket_); }
     std::vector<ChoiceState> const& choices() const { return choices_; }
 
   private:
@@ -326,8 +338,7 @@ class Generation {
     ServingEngine& engine_;
     serve::ServerMetrics& metrics_;
     AdmissionLimit::Ticket admission_;
-    std::optional<int> client_socket_;
-    std::shared_ptr<EventChannel> channel_ = std::make_shared<EventChannel>();
+    std::shared_ptr<EventChannel> channel_;
     std::vector<ChoiceState> choices_;
 };
 
@@ -353,9 +364,8 @@ std::uint32_t tenant_of(std::string const& user) {
     return hash == 0 ? 1 : hash;
 }
 
-void write_json(httplib::Response& res, int status, json const& body) {
-    res.status = status;
-    res.set_content(serve::to_text(body), "application/json");
+serve::Reply json_reply(int status, json const& body, bool close = false) {
+    return {.status = status, .body = serve::to_text(body), .close = close};
 }
 
 std::string sse(json const& data) {
@@ -373,102 +383,382 @@ struct Prepared {
 };
 
 template <class ServingEngine>
-class OpenAiServer {
-    static constexpr int context_tokens = ServingEngine::config.max_context;
+class OpenAiServer;
 
+// One generation request from submission to its last byte, on its connection's strand: woken
+// by its tokens (EventChannel), by its client going away (Exchange::on_gone) and by a slow
+// timer that looks at the server's state. It keeps itself alive until it is done.
+template <class ServingEngine>
+class GenerationTask : public std::enable_shared_from_this<GenerationTask<ServingEngine>> {
+  public:
+    GenerationTask(OpenAiServer<ServingEngine> const& api,
+                   std::shared_ptr<serve::Exchange> exchange, Prepared prepared)
+        : api_(api),
+          exchange_(std::move(exchange)),
+          prepared_(std::move(prepared)),
+          timer_(exchange_->executor()) {}
+
+    // Runs on the engine thread: at most one wake-up is posted at a time.
+    std::function<void()> waker() {
+        return [weak = this->weak_from_this(), executor = exchange_->executor(), posted = posted_] {
+            if (posted->exchange(true)) return;
+            net::post(executor, [weak, posted] {
+                posted->store(false);
+                if (auto self = weak.lock()) self->pump();
+            });
+        };
+    }
+
+    void set_generation(std::shared_ptr<Generation<ServingEngine>> generation) {
+        generation_ = std::move(generation);
+    }
+
+    // On the strand, once the engine has the request.
+    void start() {
+        if (!exchange_->active()) return finish();  // the client left before this ran
+        self_ = this->shared_from_this();
+        exchange_->on_gone([self = this->shared_from_this()] { self->finish(); });
+        if (prepared_.request.stream) {
+            exchange_->begin_stream("text/event-stream", {{"Cache-Control", "no-cache"}});
+            // OpenAI's first chat chunk carries the role alone.
+            if (prepared_.request.chat) {
+                json choices = json::array();
+                for (std::size_t i = 0; i < generation_->choices().size(); ++i)
+                    choices.push_back({{"index", i},
+                                       {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                       {"logprobs", nullptr},
+                                       {"finish_reason", nullptr}});
+                exchange_->write(sse(api_.chunk(prepared_, std::move(choices))));
+            }
+        }
+        started_ = true;
+        check_state();
+        pump();
+    }
+
+  private:
+    void pump() {
+        if (!started_ || !generation_) return;
+        if (prepared_.request.stream)
+            pump_stream();
+        else
+            pump_answer();
+    }
+
+    // A streamed answer: SSE chunks as tokens arrive, then the usage chunk if asked, then
+    // [DONE].
+    void pump_stream() {
+        Prepared const& p = prepared_;
+        Generation<ServingEngine>& g = *generation_;
+        std::string out;
+        for (ChoiceUpdate& u : g.next()) {
+            if (!u.error.empty()) out += sse(serve::error_object(u.error, "invalid_request_error"));
+            if (u.text.empty() && u.logprobs.empty() && !u.finish_reason) continue;
+            json choice{
+                {"index", u.choice},
+                {"logprobs", api_.logprobs_of(p, u.logprobs, u.logprob_offset)},
+                {"finish_reason", u.finish_reason ? json(*u.finish_reason) : json(nullptr)}};
+            if (p.request.chat)
+                choice["delta"] = {{"content", std::move(u.text)}};
+            else
+                choice["text"] = std::move(u.text);
+            out += sse(api_.chunk(p, json::array({std::move(choice)})));
+        }
+        bool const done = g.finished();
+        if (done) {
+            if (p.request.include_usage) {
+                std::int64_t completion_tokens = 0;
+                for (ChoiceState const& c : g.choices()) completion_tokens += c.tokens;
+                json last = api_.chunk(p, json::array());
+                last["usage"] = serve::usage_object(p.prompt_tokens, completion_tokens);
+                out += sse(last);
+            }
+            out += "data: [DONE]\n\n";
+        }
+        exchange_->write(out);
+        if (done) {
+            exchange_->end_stream();
+            finish();
+        }
+    }
+
+    void pump_answer() {
+        generation_->next();
+        if (!generation_->finished()) return;
+        exchange_->reply(
+            api_.answering_errors([&] { return api_.answer(prepared_, *generation_); }));
+        finish();
+    }
+
+    void check_state() {
+        timer_.expires_after(state_check_interval);
+        timer_.async_wait([self = this->shared_from_this()](boost::system::error_code ec) {
+            if (ec || !self->generation_) return;
+            ServerState const& state = self->api_.state();
+            if (state.engine_failed || state.stopping) {
+                if (self->prepared_.request.stream)
+                    self->exchange_->abandon();
+                else if (state.engine_failed)
+                    self->exchange_->reply(json_reply(
+                        500, serve::error_object("the engine has failed", "server_error")));
+                else
+                    self->exchange_->reply(json_reply(
+                        503, serve::error_object("the server is shutting down", "server_error")));
+                return self->finish();
+            }
+            self->pump();  // a lost wake-up costs one interval, not the request
+            if (self->generation_) self->check_state();
+        });
+    }
+
+    // Ends the task: what has not finished is aborted (~Generation).
+    void finish() {
+        timer_.cancel();
+        generation_.reset();
+        auto keep = std::move(self_);  // destroyed at the end of this call
+    }
+
+    OpenAiServer<ServingEngine> const& api_;
+    std::shared_ptr<serve::Exchange> exchange_;
+    Prepared prepared_;
+    std::shared_ptr<Generation<ServingEngine>> generation_;
+    net::steady_timer timer_;
+    std::shared_ptr<std::atomic<bool>> posted_ = std::make_shared<std::atomic<bool>>(false);
+    std::shared_ptr<GenerationTask> self_;
+    bool started_ = false;
+};
+
+template <class ServingEngine>
+class OpenAiServer {
   public:
     OpenAiServer(ServingEngine& engine, Options const& options, serve::ServerMetrics& metrics,
-                 ServerState& state)
+                 ServerState& state, net::thread_pool& workers)
         : engine_(engine),
           options_(options),
           metrics_(metrics),
           state_(state),
+          workers_(workers),
           admission_(options.max_queue, metrics),
+          context_tokens_(options.max_model_len > 0
+                              ? std::min(options.max_model_len, ServingEngine::config.max_context)
+                              : ServingEngine::config.max_context),
           started_(std::time(nullptr)) {}
 
-    void generate(httplib::Request const& req, httplib::Response& res, bool chat) {
-        answering_errors(res, [&] {
-            if (state_.stopping)
-                throw ApiError(503, "the server is shutting down", "", "", "server_error");
-            if (state_.engine_failed)
-                throw ApiError(503, "the engine has failed", "", "", "server_error");
-            json const body = serve::parse_body(req.body);
-            Prepared p{.request = chat ? serve::parse_chat_request(body)
-                                       : serve::parse_completion_request(body),
-                       .id = random_id(chat ? "chatcmpl-" : "cmpl-"),
-                       .created = static_cast<std::int64_t>(std::time(nullptr))};
-            serve::OpenAiRequest const& r = p.request;
-            if (!r.model.empty() && r.model != options_.served_model_name)
-                throw ApiError(404,
-                               "The model '" + r.model + "' does not exist; this server serves '" +
-                                   options_.served_model_name + "'",
-                               "model", "model_not_found");
-            tokenize(p);
-
-            int const sequences = static_cast<int>(p.prompts.size()) * r.n;
-            if (sequences > admission_.limit())
-                throw ApiError(400,
-                               "the request asks for " + std::to_string(sequences) +
-                                   " sequences; this server runs at most " +
-                                   std::to_string(admission_.limit()) + " at once",
-                               "n");
-            auto ticket = admission_.try_acquire(sequences);
-            if (!ticket)
-                throw ApiError(429,
-                               "the server is at its limit of " +
-                                   std::to_string(admission_.limit()) +
-                                   " concurrent sequences; retry later",
-                               "", "rate_limit_exceeded", "rate_limit_error");
-
-            auto generation = std::make_shared<Generation<ServingEngine>>(
-                engine_, metrics_, std::move(*ticket), serve::connection_socket(req));
-            try {
-                generation->submit(engine_requests(p));
-            } catch (tinfer::RequestError const& e) {
-                throw ApiError(400, e.what(), chat ? "messages" : "prompt");
-            }
-            if (r.stream)
-                stream(res, std::move(p), std::move(generation));
-            else
-                answer(res, p, *generation);
-        });
-    }
-
-    void health(httplib::Response& res) const {
-        if (state_.engine_failed)
-            write_json(res, 503, {{"status", "engine failed"}});
-        else
-            write_json(res, 200, {{"status", "ok"}});
-    }
-
-    void models(httplib::Response& res) const {
-        write_json(res, 200,
-                   {{"object", "list"},
-                    {"data",
-                     {{{"id", options_.served_model_name},
-                       {"object", "model"},
-                       {"created", static_cast<std::int64_t>(started_)},
-                       {"owned_by", "tinfer"},
-                       {"max_model_len", context_tokens}}}}});
-    }
-
-    template <class Body>
-    static void answering_errors(httplib::Response& res, Body&& body) {
-        try {
-            body();
-        } catch (ApiError const& e) {
-            write_json(res, e.status, serve::error_object(e));
-        } catch (tinfer::RequestError const& e) {
-            write_json(res, 400, serve::error_object(e.what(), "invalid_request_error"));
-        } catch (std::exception const& e) {
-            write_json(res, 500, serve::error_object(e.what(), "server_error"));
+    // On the connection's strand (an I/O thread): cheap routes answer here, generation goes to
+    // the worker pool.
+    void handle(std::shared_ptr<serve::Exchange> exchange) {
+        auto const& req = exchange->request();
+        std::string_view target(req.target().data(), req.target().size());
+        std::string_view const path = target.substr(0, target.find('?'));
+        bool const get = req.method() == serve::http::verb::get;
+        bool const post = req.method() == serve::http::verb::post;
+        bool const generation = path == "/v1/completions" || path == "/v1/chat/completions";
+        if (generation && post) {
+            net::post(workers_, [this, exchange, chat = path == "/v1/chat/completions"] {
+                generate(exchange, chat);
+            });
+        } else if (path == "/health" && get) {
+            exchange->reply(health());
+        } else if (path == "/v1/models" && get) {
+            exchange->reply(models());
+        } else if (path == "/metrics" && get) {
+            exchange->reply({.content_type = "text/plain; version=0.0.4; charset=utf-8",
+                             .body = metrics_.render()});
+        } else {
+            bool const known =
+                generation || path == "/health" || path == "/v1/models" || path == "/metrics";
+            exchange->reply(error_reply(known ? 405 : 404, &req));
         }
     }
 
+    // Answers the HTTP layer gives itself, in the API's error object.
+    serve::Reply error_reply(int status, serve::HttpRequest const* req) const {
+        std::string const method = req ? std::string(req->method_string()) : "";
+        std::string const path = req ? std::string(req->target()) : "";
+        std::string message, code;
+        std::string type = status == 404   ? "not_found_error"
+                           : status >= 500 ? "server_error"
+                                           : "invalid_request_error";
+        bool close = false;
+        switch (status) {
+            case 400:
+                message = "malformed HTTP request";
+                close = true;
+                break;
+            case 404:
+                message = "no route for " + method + " " + path;
+                break;
+            case 405:
+                message = "method " + method + " is not allowed on " + path;
+                break;
+            case 413:
+                message = "the request body exceeds the server's limit of " +
+                          std::to_string(options_.max_body_bytes) + " bytes (--max-body-bytes)";
+                code = "payload_too_large";
+                close = true;
+                break;
+            case 431:
+                message = "the request's headers exceed the server's limit of " +
+                          std::to_string(serve::http_limits::max_header_bytes) + " bytes";
+                code = "request_header_fields_too_large";
+                close = true;
+                break;
+            case 503:
+                message = "the server is at its limit of " +
+                          std::to_string(options_.max_connections) +
+                          " open connections (--max-connections); retry later";
+                code = "too_many_connections";
+                close = true;
+                break;
+            default:
+                message = "HTTP error " + std::to_string(status);
+                close = true;
+        }
+        serve::Reply reply =
+            json_reply(status, serve::error_object(message, type, "", code), close);
+        if (status == 503) reply.headers.emplace_back("Retry-After", "1");
+        return reply;
+    }
+
+    serve::Reply health() const {
+        if (state_.engine_failed) return json_reply(503, {{"status", "engine failed"}});
+        return json_reply(200, {{"status", "ok"}});
+    }
+
+    serve::Reply models() const {
+        return json_reply(200, {{"object", "list"},
+                                {"data",
+                                 {{{"id", options_.served_model_name},
+                                   {"object", "model"},
+                                   {"created", static_cast<std::int64_t>(started_)},
+                                   {"owned_by", "tinfer"},
+                                   {"max_model_len", context_tokens_}}}}});
+    }
+
+    template <class Body>
+    static serve::Reply answering_errors(Body&& body) {
+        try {
+            return body();
+        } catch (ApiError const& e) {
+            return json_reply(e.status, serve::error_object(e));
+        } catch (tinfer::RequestError const& e) {
+            return json_reply(400, serve::error_object(e.what(), "invalid_request_error"));
+        } catch (std::exception const& e) {
+            return json_reply(500, serve::error_object(e.what(), "server_error"));
+        }
+    }
+
+    // A non-streamed answer, once every choice has finished.
+    serve::Reply answer(Prepared const& p, Generation<ServingEngine> const& generation) const {
+        json choices = json::array();
+        std::int64_t completion_tokens = 0;
+        for (std::size_t i = 0; i < generation.choices().size(); ++i) {
+            ChoiceState const& c = generation.choices()[i];
+            if (!c.error.empty()) throw ApiError(400, c.error);
+            completion_tokens += c.tokens;
+            json choice{{"index", i},
+                        {"logprobs", logprobs_of(p, c.logprobs, 0)},
+                        {"finish_reason", finish_reason_name(*c.finish)}};
+            if (p.request.chat)
+                choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+            else
+                choice["text"] = c.text;
+            choices.push_back(std::move(choice));
+        }
+        return json_reply(200,
+                          {{"id", p.id},
+                           {"object", p.request.chat ? "chat.completion" : "text_completion"},
+                           {"created", p.created},
+                           {"model", options_.served_model_name},
+                           {"choices", std::move(choices)},
+                           {"usage", serve::usage_object(p.prompt_tokens, completion_tokens)}});
+    }
+
+    json chunk(Prepared const& p, json choices) const {
+        json c{{"id", p.id},
+               {"object", p.request.chat ? "chat.completion.chunk" : "text_completion"},
+               {"created", p.created},
+               {"model", options_.served_model_name},
+               {"choices", std::move(choices)}};
+        if (p.request.include_usage) c["usage"] = nullptr;
+        return c;
+    }
+
+    json logprobs_of(Prepared const& p, std::vector<serve::TokenLogprobs> const& tokens,
+                     std::size_t offset) const {
+        if (!p.request.sampling.logprobs) return nullptr;
+        return p.request.chat ? serve::chat_logprobs(tokens)
+                              : serve::completion_logprobs(tokens, offset);
+    }
+
+    ServerState const& state() const { return state_; }
+
   private:
+    // On a worker thread: parse, tokenize, admit, submit; then the connection's strand takes
+    // over (GenerationTask). A refusal is answered from the strand.
+    void generate(std::shared_ptr<serve::Exchange> const& exchange, bool chat) {
+        std::shared_ptr<GenerationTask<ServingEngine>> task;
+        serve::Reply refusal = answering_errors([&] {
+            task = prepare(exchange, chat);
+            return serve::Reply{};
+        });
+        if (task)
+            exchange->post([task] { task->start(); });
+        else
+            exchange->post([exchange, refusal = std::move(refusal)]() mutable {
+                exchange->reply(std::move(refusal));
+            });
+    }
+
+    std::shared_ptr<GenerationTask<ServingEngine>> prepare(
+        std::shared_ptr<serve::Exchange> const& exchange, bool chat) {
+        if (state_.stopping)
+            throw ApiError(503, "the server is shutting down", "", "", "server_error");
+        if (state_.engine_failed)
+            throw ApiError(503, "the engine has failed", "", "", "server_error");
+        json const body = serve::parse_body(exchange->request().body());
+        Prepared p{.request = chat ? serve::parse_chat_request(body)
+                                   : serve::parse_completion_request(body),
+                   .id = random_id(chat ? "chatcmpl-" : "cmpl-"),
+                   .created = static_cast<std::int64_t>(std::time(nullptr))};
+        serve::OpenAiRequest const& r = p.request;
+        if (!r.model.empty() && r.model != options_.served_model_name)
+            throw ApiError(404,
+                           "The model '" + r.model + "' does not exist; this server serves '" +
+                               options_.served_model_name + "'",
+                           "model", "model_not_found");
+        tokenize(p);
+
+        int const sequences = static_cast<int>(p.prompts.size()) * r.n;
+        if (sequences > admission_.limit())
+            throw ApiError(400,
+                           "the request asks for " + std::to_string(sequences) +
+                               " sequences; this server runs at most " +
+                               std::to_string(admission_.limit()) + " at once",
+                           "n");
+        auto ticket = admission_.try_acquire(sequences);
+        if (!ticket)
+            throw ApiError(429,
+                           "the server is at its limit of " + std::to_string(admission_.limit()) +
+                               " concurrent sequences; retry later",
+                           "", "rate_limit_exceeded", "rate_limit_error");
+
+        auto requests = engine_requests(p);
+        auto task = std::make_shared<GenerationTask<ServingEngine>>(*this, exchange, std::move(p));
+        auto generation = std::make_shared<Generation<ServingEngine>>(
+            engine_, metrics_, std::move(*ticket), task->waker());
+        try {
+            generation->submit(std::move(requests));
+        } catch (tinfer::RequestError const& e) {
+            throw ApiError(400, e.what(), chat ? "messages" : "prompt");
+        }
+        task->set_generation(std::move(generation));
+        return task;
+    }
+
     // Prompts to token ids exactly as the engine would (chat template with the generation
-    // prompt), here on the connection's thread: the usage block needs the count, and the
-    // engine thread is spared the work.
+    // prompt), here on a worker thread: the usage block needs the count, and the engine
+    // thread is spared the work.
     void tokenize(Prepared& p) const {
         serve::OpenAiRequest const& r = p.request;
         char const* const prompt_field = r.chat ? "messages" : "prompt";
@@ -488,17 +778,17 @@ class OpenAiServer {
         }
         // Completions default to 16 tokens as OpenAI's do; chat to the rest of the context,
         // capped so an unbounded request cannot hold a sequence for minutes.
-        int const room = context_tokens - longest;
+        int const room = context_tokens_ - longest;
         p.max_tokens = r.max_tokens.value_or(
             r.chat ? std::max(1, std::min(options_.default_max_tokens, room)) : 16);
-        if (static_cast<std::int64_t>(longest) + p.max_tokens > context_tokens)
+        if (static_cast<std::int64_t>(longest) + p.max_tokens > context_tokens_)
             throw ApiError(400,
                            "This model's maximum context length is " +
-                               std::to_string(context_tokens) + " tokens; the request asks for " +
+                               std::to_string(context_tokens_) + " tokens; the request asks for " +
                                std::to_string(static_cast<std::int64_t>(longest) + p.max_tokens) +
                                " (" + std::to_string(longest) + " in the prompt, " +
                                std::to_string(p.max_tokens) + " to generate)",
-                           r.max_tokens && longest < context_tokens ? "max_tokens" : prompt_field,
+                           r.max_tokens && longest < context_tokens_ ? "max_tokens" : prompt_field,
                            "context_length_exceeded");
     }
 
@@ -524,131 +814,13 @@ class OpenAiServer {
         return requests;
     }
 
-    json logprobs_of(Prepared const& p, std::vector<serve::TokenLogprobs> const& tokens,
-                     std::size_t offset) const {
-        if (!p.request.sampling.logprobs) return nullptr;
-        return p.request.chat ? serve::chat_logprobs(tokens)
-                              : serve::completion_logprobs(tokens, offset);
-    }
-
-    // A non-streamed answer: waits for every choice, watching the client meanwhile.
-    void answer(httplib::Response& res, Prepared const& p,
-                Generation<ServingEngine>& generation) const {
-        while (!generation.finished()) {
-            // next() returns as soon as tokens arrive, so the client is looked at on every
-            // pass, not only after a quiet interval: a busy engine is never quiet.
-            bool const quiet = generation.next(poll_interval).empty();
-            if (generation.client_gone())
-                return;  // nobody to answer; ~Generation<ServingEngine> aborts
-            if (!quiet) continue;
-            if (state_.engine_failed)
-                throw ApiError(500, "the engine has failed", "", "", "server_error");
-            if (state_.stopping)
-                throw ApiError(503, "the server is shutting down", "", "", "server_error");
-        }
-        json choices = json::array();
-        std::int64_t completion_tokens = 0;
-        for (std::size_t i = 0; i < generation.choices().size(); ++i) {
-            ChoiceState const& c = generation.choices()[i];
-            if (!c.error.empty()) throw ApiError(400, c.error);
-            completion_tokens += c.tokens;
-            json choice{{"index", i},
-                        {"logprobs", logprobs_of(p, c.logprobs, 0)},
-                        {"finish_reason", finish_reason_name(*c.finish)}};
-            if (p.request.chat)
-                choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-            else
-                choice["text"] = c.text;
-            choices.push_back(std::move(choice));
-        }
-        write_json(res, 200,
-                   {{"id", p.id},
-                    {"object", p.request.chat ? "chat.completion" : "text_completion"},
-                    {"created", p.created},
-                    {"model", options_.served_model_name},
-                    {"choices", std::move(choices)},
-                    {"usage", serve::usage_object(p.prompt_tokens, completion_tokens)}});
-    }
-
-    json chunk(Prepared const& p, json choices) const {
-        json c{{"id", p.id},
-               {"object", p.request.chat ? "chat.completion.chunk" : "text_completion"},
-               {"created", p.created},
-               {"model", options_.served_model_name},
-               {"choices", std::move(choices)}};
-        if (p.request.include_usage) c["usage"] = nullptr;
-        return c;
-    }
-
-    // A streamed answer: SSE chunks as tokens arrive, then the usage chunk if asked, then
-    // [DONE]. httplib calls the provider until it calls sink.done() or returns false; false
-    // (client gone, write failed, shutting down) drops the response and, with it, the
-    // Generation<ServingEngine>, which aborts what is still running.
-    void stream(httplib::Response& res, Prepared p,
-                std::shared_ptr<Generation<ServingEngine>> generation) const {
-        struct Stream {
-            Prepared prepared;
-            std::shared_ptr<Generation<ServingEngine>> generation;
-            bool started = false;
-        };
-        auto s = std::make_shared<Stream>(
-            Stream{.prepared = std::move(p), .generation = std::move(generation)});
-        res.set_header("Cache-Control", "no-cache");
-        res.set_chunked_content_provider(
-            "text/event-stream", [this, s](std::size_t, httplib::DataSink& sink) {
-                Prepared const& p = s->prepared;
-                Generation<ServingEngine>& g = *s->generation;
-                std::string out;
-                if (!s->started) {
-                    s->started = true;
-                    // OpenAI's first chat chunk carries the role alone.
-                    if (p.request.chat) {
-                        json choices = json::array();
-                        for (std::size_t i = 0; i < g.choices().size(); ++i)
-                            choices.push_back({{"index", i},
-                                               {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                               {"logprobs", nullptr},
-                                               {"finish_reason", nullptr}});
-                        out += sse(chunk(p, std::move(choices)));
-                    }
-                }
-                if (state_.stopping || state_.engine_failed || g.client_gone()) return false;
-                for (ChoiceUpdate& u : g.next(poll_interval)) {
-                    if (!u.error.empty())
-                        out += sse(serve::error_object(u.error, "invalid_request_error"));
-                    if (u.text.empty() && u.logprobs.empty() && !u.finish_reason) continue;
-                    json choice{{"index", u.choice},
-                                {"logprobs", logprobs_of(p, u.logprobs, u.logprob_offset)},
-                                {"finish_reason",
-                                 u.finish_reason ? json(*u.finish_reason) : json(nullptr)}};
-                    if (p.request.chat)
-                        choice["delta"] = {{"content", std::move(u.text)}};
-                    else
-                        choice["text"] = std::move(u.text);
-                    out += sse(chunk(p, json::array({std::move(choice)})));
-                }
-                bool const done = g.finished();
-                if (done) {
-                    if (p.request.include_usage) {
-                        std::int64_t completion_tokens = 0;
-                        for (ChoiceState const& c : g.choices()) completion_tokens += c.tokens;
-                        json last = chunk(p, json::array());
-                        last["usage"] = serve::usage_object(p.prompt_tokens, completion_tokens);
-                        out += sse(last);
-                    }
-                    out += "data: [DONE]\n\n";
-                }
-                if (!out.empty() && !sink.write(out.data(), out.size())) return false;
-                if (done) sink.done();
-                return true;
-            });
-    }
-
     ServingEngine& engine_;
     Options const& options_;
     serve::ServerMetrics& metrics_;
     ServerState& state_;
+    net::thread_pool& workers_;
     AdmissionLimit admission_;
+    int context_tokens_;
     std::time_t started_;
 };
 
@@ -668,13 +840,16 @@ class EngineObserver {
                 metrics_.on_queue_time(*queued, m.prompt_tokens, m.cached_prompt_tokens);
         }
         auto const& cache = engine_.cache();
-        metrics_.on_engine_step(
-            {.running = static_cast<int>(engine_.scheduler().running().size()),
-             .waiting = engine_.queued_requests(),
-             .kv_usage = cache.total_blocks()
-                             ? static_cast<double>(cache.used_blocks()) / cache.total_blocks()
-                             : 0.0,
-             .preemptions = engine_.metrics().summary().preemptions});
+        // Usage is what live sequences hold, as vLLM reports it: blocks only the prefix cache
+        // holds are evictable, so free for the next request; they get gauges of their own.
+        metrics_.on_engine_step({.running = static_cast<int>(engine_.scheduler().running().size()),
+                                 .waiting = engine_.queued_requests(),
+                                 .live = static_cast<std::int64_t>(engine_.live_requests()),
+                                 .total_blocks = cache.total_blocks(),
+                                 .sequence_blocks = cache.sequence_blocks(),
+                                 .prefix_only_blocks = cache.prefix_only_blocks(),
+                                 .free_blocks = cache.free_blocks(),
+                                 .preemptions = engine_.metrics().summary().preemptions});
     }
 
   private:
@@ -683,22 +858,6 @@ class EngineObserver {
     std::size_t drained_ = 0;
 };
 
-std::string error_message_for(int status, httplib::Request const& req, Options const& options) {
-    switch (status) {
-        case 400:
-            return "malformed HTTP request";
-        case 404:
-            return "no route for " + req.method + " " + req.path;
-        case 405:
-            return "method " + req.method + " is not allowed on " + req.path;
-        case 413:
-            return "the request body exceeds the server's limit of " +
-                   std::to_string(options.max_body_bytes) + " bytes (--max-body-bytes)";
-        default:
-            return "HTTP error " + std::to_string(status);
-    }
-}
-
 template <class ServingEngine>
 int run(Options const& options, sigset_t const& stop_signals, tinfer::gguf::File file) {
     ServingEngine engine(std::move(file), {.kv_budget_bytes = options.kv_budget_mb << 20,
@@ -706,64 +865,37 @@ int run(Options const& options, sigset_t const& stop_signals, tinfer::gguf::File
                                            .int8_activations = options.precision == "int8"});
     serve::ServerMetrics metrics(options.served_model_name);
     ServerState state;
-    OpenAiServer<ServingEngine> api(engine, options, metrics, state);
+    net::thread_pool workers(static_cast<std::size_t>(options.workers));
+    OpenAiServer<ServingEngine> api(engine, options, metrics, state, workers);
 
-    serve::HttpServer server;
-    // One pool thread per connection for as long as it lives (a stream holds its thread), so
-    // the pool has room for every admitted sequence plus the cheap requests beside them:
-    // a request past the limit must reach its handler to get its 429 at once.
-    int const http_threads = options.max_queue + 16;
-    server.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
-    server.set_payload_max_length(options.max_body_bytes);
-    server.set_read_timeout(options.read_timeout_seconds, 0);
-    server.set_tcp_nodelay(true);  // an SSE chunk per token must not wait for Nagle
-    server.Post("/v1/completions", [&](httplib::Request const& req, httplib::Response& res) {
-        api.generate(req, res, /*chat=*/false);
-    });
-    server.Post("/v1/chat/completions", [&](httplib::Request const& req, httplib::Response& res) {
-        api.generate(req, res, /*chat=*/true);
-    });
-    server.Get("/v1/models",
-               [&](httplib::Request const&, httplib::Response& res) { api.models(res); });
-    server.Get("/health",
-               [&](httplib::Request const&, httplib::Response& res) { api.health(res); });
-    server.Get("/metrics", [&](httplib::Request const&, httplib::Response& res) {
-        res.set_content(metrics.render(), "text/plain; version=0.0.4; charset=utf-8");
-    });
-    // Errors httplib raises itself (no route, body too large, bad request line) get the same
-    // error object as the API's own.
-    server.set_error_handler(httplib::Server::HandlerWithResponse(
-        [&](httplib::Request const& req, httplib::Response& res) {
-            if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-            std::string const type = res.status == 404   ? "not_found_error"
-                                     : res.status >= 500 ? "server_error"
-                                                         : "invalid_request_error";
-            std::string const code = res.status == 413 ? "payload_too_large" : "";
-            // After a malformed or oversized request the rest of the stream cannot be trusted
-            // (an unread body, a half-sent header): end the connection instead of keeping it.
-            if (res.status == 400 || res.status == 413) res.set_header("Connection", "close");
-            write_json(
-                res, res.status,
-                serve::error_object(error_message_for(res.status, req, options), type, "", code));
-            return httplib::Server::HandlerResponse::Handled;
-        }));
-    server.set_exception_handler([](httplib::Request const&, httplib::Response& res,
-                                    std::exception_ptr error) {
-        OpenAiServer<ServingEngine>::answering_errors(res, [&] { std::rethrow_exception(error); });
-    });
-    server.set_logger([&](httplib::Request const&, httplib::Response const& res) {
-        metrics.on_response(res.status);
-    });
+    // Connections are files: the soft limit goes up to the hard one, and the connection cap
+    // stays below it with room for the model file, the listener and the refusals.
+    std::uint64_t const open_files = serve::raise_open_file_limit();
+    serve::HttpSettings settings{
+        .max_body_bytes = options.max_body_bytes,
+        .header_deadline = std::chrono::seconds(options.header_timeout_seconds),
+        .body_deadline = std::chrono::seconds(options.body_timeout_seconds),
+        .keep_alive_idle = std::chrono::seconds(options.keep_alive_timeout_seconds),
+        .write_deadline = std::chrono::seconds(options.write_timeout_seconds),
+        .max_connections = options.max_connections};
+    if (open_files > 0 && static_cast<std::uint64_t>(settings.max_connections) + 128 > open_files)
+        std::cerr << "serve: warning: --max-connections " << settings.max_connections
+                  << " is above what " << open_files
+                  << " open files allow; past that, connections wait in the backlog" << std::endl;
 
-    int port = options.port;
-    if (port == 0)
-        port = server.bind_to_any_port(options.host);
-    else if (!server.bind_to_port(options.host, port))
-        port = -1;
-    if (port < 0)
+    net::io_context io(options.io_threads);
+    serve::HttpServer server(
+        io, settings, [&](std::shared_ptr<serve::Exchange> x) { api.handle(std::move(x)); },
+        [&](int status, serve::HttpRequest const* req) { return api.error_reply(status, req); },
+        [&](int status) { metrics.on_response(status); });
+    int port = -1;
+    try {
+        port = server.listen(options.host, options.port);
+    } catch (std::exception const& e) {
         throw std::runtime_error("cannot listen on " + options.host + ":" +
-                                 std::to_string(options.port));
-    server.widen_listen_backlog();
+                                 std::to_string(options.port) + ": " + e.what());
+    }
+    server.start();
 
     std::atomic<bool> engine_stop{false};
     EngineObserver<ServingEngine> observer(engine, metrics);
@@ -778,21 +910,28 @@ int run(Options const& options, sigset_t const& stop_signals, tinfer::gguf::File
             state.engine_failed = true;
         }
     });
-    // SIGINT/SIGTERM end the server from a thread of their own: httplib's stop() is not
-    // async-signal-safe.
-    std::thread([&state, &server, stop_signals] {
+    // SIGINT/SIGTERM end the server from a thread of their own. Answers in progress get a
+    // moment to say so (503, or a cut stream), then the I/O threads stop.
+    std::thread([&state, &server, &io, stop_signals] {
         int signal_number = 0;
         sigwait(&stop_signals, &signal_number);
         state.stopping = true;
         server.stop();
+        std::this_thread::sleep_for(2 * state_check_interval + 100ms);
+        io.stop();
     }).detach();
 
     std::cout << "serve: listening on http://" << options.host << ":" << port << " (model "
-              << options.served_model_name << ", " << options.max_queue << " concurrent sequences)"
-              << std::endl;
-    server.listen_after_bind();
+              << options.served_model_name << ", " << options.max_queue << " concurrent sequences, "
+              << options.max_connections << " connections)" << std::endl;
+    std::vector<std::thread> io_threads;
+    for (int i = 0; i < options.io_threads; ++i) io_threads.emplace_back([&io] { io.run(); });
+    for (std::thread& t : io_threads) t.join();
 
+    // Nothing runs on the strands now; the workers finish what they hold, the engine stops,
+    // and only then do the connections (destroyed with `io`) abort what they still hold.
     state.stopping = true;
+    workers.join();
     engine_stop = true;
     engine_thread.join();
     std::cout << "serve: stopped" << std::endl;
@@ -835,14 +974,49 @@ int main(int argc, char** argv) {
                    "Most sequences (running + waiting) at once; more get HTTP 429")
         ->capture_default_str()
         ->check(CLI::Range(1, 4096));
+    app.add_option("--max-model-len", options.max_model_len,
+                   "Context length the API offers, prompt and answer together (0: the "
+                   "model's); longer requests get HTTP 400")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
     app.add_option("--max-body-bytes", options.max_body_bytes,
                    "Largest request body; larger ones get HTTP 413")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
-    app.add_option("--read-timeout", options.read_timeout_seconds,
-                   "Seconds a connection may stay silent while sending its request")
+    app.add_option("--header-timeout", options.header_timeout_seconds,
+                   "Seconds a request's headers may take to arrive in all (not per read)")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
+    app.add_option("--body-timeout", options.body_timeout_seconds,
+                   "Seconds a request's body may take to arrive in all")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    app.add_option_function<int>(
+           "--read-timeout",
+           [&](int seconds) {
+               options.header_timeout_seconds = options.body_timeout_seconds = seconds;
+           },
+           "Sets --header-timeout and --body-timeout both")
+        ->check(CLI::PositiveNumber);
+    app.add_option("--keep-alive-timeout", options.keep_alive_timeout_seconds,
+                   "Seconds a kept-alive connection may wait for its next request")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    app.add_option("--write-timeout", options.write_timeout_seconds,
+                   "Seconds a client may take to accept an answer, or each part of a stream")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    app.add_option("--max-connections", options.max_connections,
+                   "Open connections at once; more get HTTP 503 and are closed")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1000000));
+    app.add_option("--io-threads", options.io_threads, "Threads running the connections")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64));
+    app.add_option("--workers", options.workers,
+                   "Threads that parse and tokenize generation requests")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64));
     app.add_option("--default-max-tokens", options.default_max_tokens,
                    "Chat answers' length when the request sets no max_tokens")
         ->capture_default_str()
@@ -851,7 +1025,8 @@ int main(int argc, char** argv) {
     if (options.served_model_name.empty())
         options.served_model_name = std::filesystem::path(options.model).stem().string();
 
-    // A write to a client that hung up must fail with EPIPE, not kill the process.
+    // A write to a client that hung up must fail with EPIPE, not kill the process (Asio sends
+    // with MSG_NOSIGNAL; this covers everything else).
     std::signal(SIGPIPE, SIG_IGN);
     // Block the stop signals in every thread (they inherit the mask); one thread waits for
     // them.
