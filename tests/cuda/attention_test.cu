@@ -2,7 +2,11 @@
 // bytes as the codec's host encode (bitwise), block copies and swaps move bytes exactly, and
 // decode and prefill attention over a paged cache (shuffled physical blocks, partial last
 // blocks, several partitions) match kernels::Attention reading the same bytes through a host
-// view. Shapes: the compiled-in attention shapes (instantiations.cuh) with f32, bf16 and FP8 KV.
+// view. Shapes: the compiled-in attention shapes (instantiations.cuh) with f32, bf16 and FP8 KV,
+// and a cache holding K and V in different codecs (bf16 K, f32 V: different widths too). A
+// context beyond max_context_length or a chunk beyond max_queries is refused with an error
+// naming it, and a layer of other codecs than the kernel's is refused before any launch. With
+// several devices, prefill runs on each (its shared-memory attribute is set per device).
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -14,6 +18,7 @@
 
 #include <tinfer/kernels/attention.hpp>
 #include <tinfer/kernels/cuda/attention.cuh>
+#include <tinfer/kernels/cuda/kernel_status.cuh>
 #include <tinfer/kernels/cuda/kv_cache.cuh>
 #include <tinfer/kv/paged_cache.hpp>
 
@@ -51,11 +56,13 @@ struct SequenceCase {
 constexpr SequenceCase sequence_cases[] = {{1, 1}, {37, 37}, {700, 130}, {1300, 200}, {1031, 64}};
 constexpr int seqs = static_cast<int>(std::size(sequence_cases));
 
-// One layer of the cache: the bytes, on the host and the device, and the block tables.
-template <class Codec, int HeadDim, int Group>
+// One layer of the cache: the bytes, on the host and the device, and the block tables. K in
+// Codec, V in ValueCodec.
+template <class Codec, int HeadDim, int Group, class ValueCodec = Codec>
 struct PagedFixture {
-    using Cache = kv::PagedKvCache<test_config<HeadDim, Group>, block_size, Codec>;
-    static constexpr std::size_t vector_bytes = Codec::template vector_bytes<HeadDim>;
+    using Cache = kv::PagedKvCache<test_config<HeadDim, Group>, block_size, Codec, ValueCodec>;
+    static constexpr std::size_t key_bytes = Codec::template vector_bytes<HeadDim>;
+    static constexpr std::size_t value_bytes = ValueCodec::template vector_bytes<HeadDim>;
 
     int table_stride = 0;
     int blocks = 0;
@@ -95,14 +102,15 @@ struct PagedFixture {
             for (int p = 0; p < sequence_cases[s].context; ++p)
                 for (int h = 0; h < kv_heads; ++h) {
                     std::size_t const at = ((first_row[s] + p) * kv_heads + h) * HeadDim;
-                    Codec::template encode<HeadDim>(keys.data() + at,
-                                                    vector(host_layer.key_offset, s, h, p));
-                    Codec::template encode<HeadDim>(values.data() + at,
-                                                    vector(host_layer.value_offset, s, h, p));
+                    Codec::template encode<HeadDim>(
+                        keys.data() + at, vector(host_layer.key_offset, key_bytes, s, h, p));
+                    ValueCodec::template encode<HeadDim>(
+                        values.data() + at, vector(host_layer.value_offset, value_bytes, s, h, p));
                 }
     }
 
-    std::byte* vector(std::size_t part_offset, int seq, int kv_head, int position) {
+    std::byte* vector(std::size_t part_offset, std::size_t vector_bytes, int seq, int kv_head,
+                      int position) {
         int const block =
             tables[static_cast<std::size_t>(seq) * table_stride + position / block_size];
         return storage.data() + static_cast<std::size_t>(block) * Cache::bytes_per_block +
@@ -117,15 +125,17 @@ struct PagedFixture {
         int seq;
         int tokens() const { return sequence_cases[seq].context; }
         void load_keys(int kv_head, int first, int count, float* out) const {
-            load(fixture->host_layer.key_offset, kv_head, first, count, out);
+            for (int i = 0; i < count; ++i)
+                Codec::template decode<HeadDim>(fixture->vector(fixture->host_layer.key_offset,
+                                                                key_bytes, seq, kv_head, first + i),
+                                                out + i * HeadDim);
         }
         void load_values(int kv_head, int first, int count, float* out) const {
-            load(fixture->host_layer.value_offset, kv_head, first, count, out);
-        }
-        void load(std::size_t part, int kv_head, int first, int count, float* out) const {
             for (int i = 0; i < count; ++i)
-                Codec::template decode<HeadDim>(fixture->vector(part, seq, kv_head, first + i),
-                                                out + i * HeadDim);
+                ValueCodec::template decode<HeadDim>(
+                    fixture->vector(fixture->host_layer.value_offset, value_bytes, seq, kv_head,
+                                    first + i),
+                    out + i * HeadDim);
         }
     };
     static_assert(kv::KvView<View>);
@@ -157,34 +167,48 @@ double attention_bound(float const* q, std::vector<float> const& keys,
 
 // bf16 goes through the runtime shape dispatcher (instantiations.cuh), which instantiates every
 // compiled-in shape; the other codecs call their one shape directly, to keep nvcc's work small.
-template <class Codec, int HeadDim, int Group>
+template <class Codec, int HeadDim, int Group, class ValueCodec = Codec>
 void launch_decode(PagedKvLayer const& layer,
                    kernels::cuda::DecodeAttentionArguments const& arguments) {
-    if constexpr (std::is_same_v<Codec, kv::Bf16Codec>)
+    if constexpr (std::is_same_v<Codec, kv::Bf16Codec> && std::is_same_v<ValueCodec, Codec>)
         kernels::cuda::decode_attention<Codec>(kernels::cuda::AttentionShape{HeadDim, Group}, layer,
                                                arguments);
     else
-        kernels::cuda::decode_attention<Codec, HeadDim, Group>(layer, arguments);
+        kernels::cuda::decode_attention<Codec, HeadDim, Group, ValueCodec>(layer, arguments);
 }
 
-template <class Codec, int HeadDim, int Group>
+template <class Codec, int HeadDim, int Group, class ValueCodec = Codec>
 void launch_prefill(PagedKvLayer const& layer,
                     kernels::cuda::PrefillAttentionArguments const& arguments) {
-    if constexpr (std::is_same_v<Codec, kv::Bf16Codec>)
+    if constexpr (std::is_same_v<Codec, kv::Bf16Codec> && std::is_same_v<ValueCodec, Codec>)
         kernels::cuda::prefill_attention<Codec>(kernels::cuda::AttentionShape{HeadDim, Group},
                                                 layer, arguments);
     else
-        kernels::cuda::prefill_attention<Codec, HeadDim, Group>(layer, arguments);
+        kernels::cuda::prefill_attention<Codec, HeadDim, Group, ValueCodec>(layer, arguments);
 }
 
-template <class Codec, int HeadDim, int Group>
-void test_shape(Checker& checker, std::mt19937_64& rng, bool test_block_moves) {
-    using Fixture = PagedFixture<Codec, HeadDim, Group>;
+// The message of the tinfer::Error `action` throws ("" when it throws none).
+template <class Action>
+std::string error_of(Action&& action) {
+    try {
+        action();
+    } catch (Error const& error) {
+        return error.what();
+    }
+    return "";
+}
+
+template <class Codec, int HeadDim, int Group, class ValueCodec = Codec>
+void test_shape(Checker& checker, std::mt19937_64& rng, bool test_block_moves,
+                bool test_refusals = false) {
+    using Fixture = PagedFixture<Codec, HeadDim, Group, ValueCodec>;
     using Cache = typename Fixture::Cache;
     using HostAttention = kernels::Attention<HeadDim, Group>;
     constexpr int heads = kv_heads * Group;
-    std::string const name = std::string(Codec::name) + " head_dim " + std::to_string(HeadDim) +
-                             " group " + std::to_string(Group);
+    std::string const name =
+        std::string(Codec::name) +
+        (std::is_same_v<Codec, ValueCodec> ? "" : " K, " + std::string(ValueCodec::name) + " V") +
+        " head_dim " + std::to_string(HeadDim) + " group " + std::to_string(Group);
     Fixture fixture(rng);
 
     // ---- append: every token of every sequence, in one launch, into a zeroed pool ----
@@ -200,9 +224,9 @@ void test_shape(Checker& checker, std::mt19937_64& rng, bool test_block_moves) {
     DeviceBuffer<float> const dkeys(fixture.keys), dvalues(fixture.values);
     PagedKvLayer const layer = kernels::cuda::paged_kv_layer<Cache>(
         storage.data(), tested_layer, tables.data(), fixture.table_stride);
-    kernels::cuda::kv_append<Codec, HeadDim>(layer, kv_heads, dkeys.data(), dvalues.data(),
-                                             dseqs.data(), dpositions.data(),
-                                             static_cast<int>(token_seqs.size()));
+    kernels::cuda::kv_append<Codec, HeadDim, ValueCodec>(
+        layer, kv_heads, dkeys.data(), dvalues.data(), dseqs.data(), dpositions.data(),
+        static_cast<int>(token_seqs.size()));
     checker.expect(storage.to_host() == fixture.storage,
                    "kv_append bytes equal host encode, " + name);
 
@@ -284,7 +308,7 @@ void test_shape(Checker& checker, std::mt19937_64& rng, bool test_block_moves) {
                                                                 .kv_heads = kv_heads,
                                                                 .max_context_length = max_context,
                                                                 .workspace = workspace.data()};
-        launch_decode<Codec, HeadDim, Group>(layer, arguments);
+        launch_decode<Codec, HeadDim, Group, ValueCodec>(layer, arguments);
         auto const batched = out.to_host();
         checker.expect_within(max_scaled_error(batched, expected, bound),
                               "paged decode attention, " + name);
@@ -304,11 +328,25 @@ void test_shape(Checker& checker, std::mt19937_64& rng, bool test_block_moves) {
             .kv_heads = kv_heads,
             .max_context_length = contexts[alone],
             .workspace = workspace.data()};
-        launch_decode<Codec, HeadDim, Group>(single_layer, single);
+        launch_decode<Codec, HeadDim, Group, ValueCodec>(single_layer, single);
         auto const single_result = single_out.to_host();
         checker.expect(std::equal(single_result.begin(), single_result.end(),
                                   batched.begin() + static_cast<std::ptrdiff_t>(row)),
                        "decode attention batch invariant (bitwise), " + name);
+
+        if (test_refusals) {
+            // A context longer than max_context_length is refused, naming the sequence,
+            // instead of losing its tail (and overrunning the workspace in the merge).
+            kernels::cuda::DeviceStatus status;
+            kernels::cuda::DecodeAttentionArguments short_grid = arguments;
+            short_grid.max_context_length = max_context - 1;
+            short_grid.status = status.get();
+            launch_decode<Codec, HeadDim, Group, ValueCodec>(layer, short_grid);
+            std::string const message = error_of([&] { status.throw_if_failed(); });
+            checker.expect(message.find("sequence 3: context length 1300 exceeds the launch's "
+                                        "max_context_length 1299") != std::string::npos,
+                           "decode refuses a context beyond max_context_length: '" + message + "'");
+        }
     }
 
     // ---- prefill: each sequence's chunk of last positions, causal over its whole context ----
@@ -354,7 +392,7 @@ void test_shape(Checker& checker, std::mt19937_64& rng, bool test_block_moves) {
             .seqs = seqs,
             .kv_heads = kv_heads,
             .max_queries = max_chunk};
-        launch_prefill<Codec, HeadDim, Group>(layer, arguments);
+        launch_prefill<Codec, HeadDim, Group, ValueCodec>(layer, arguments);
         auto const batched = out.to_host();
         checker.expect_within(max_scaled_error(batched, expected, bound),
                               "paged prefill attention, " + name);
@@ -377,12 +415,45 @@ void test_shape(Checker& checker, std::mt19937_64& rng, bool test_block_moves) {
             .seqs = 1,
             .kv_heads = kv_heads,
             .max_queries = chunk_length};
-        launch_prefill<Codec, HeadDim, Group>(single_layer, single);
+        launch_prefill<Codec, HeadDim, Group, ValueCodec>(single_layer, single);
         auto const single_result = single_out.to_host();
         checker.expect(std::equal(single_result.begin(), single_result.end(),
                                   batched.begin() + static_cast<std::ptrdiff_t>(row)),
                        "prefill attention batch invariant (bitwise), " + name);
+
+        if (test_refusals) {
+            // A chunk longer than max_queries is refused instead of losing its last rows.
+            kernels::cuda::DeviceStatus status;
+            kernels::cuda::PrefillAttentionArguments short_grid = arguments;
+            short_grid.max_queries = max_chunk - 1;
+            short_grid.status = status.get();
+            launch_prefill<Codec, HeadDim, Group, ValueCodec>(layer, short_grid);
+            std::string const message = error_of([&] { status.throw_if_failed(); });
+            checker.expect(message.find("sequence 3: 200 queries exceed the launch's max_queries "
+                                        "199") != std::string::npos,
+                           "prefill refuses a chunk beyond max_queries: '" + message + "'");
+            // Zero rows of grid would drop every chunk: refused on the host.
+            short_grid.max_queries = 0;
+            checker.expect(!error_of([&] {
+                                launch_prefill<Codec, HeadDim, Group, ValueCodec>(layer,
+                                                                                  short_grid);
+                            }).empty(),
+                           "prefill refuses max_queries 0");
+        }
     }
+}
+
+// A layer of a cache whose V codec is not the kernel's is refused before any launch (it would
+// decode V with K's codec, at K's vector size).
+void test_mismatched_codecs(Checker& checker) {
+    using Mixed = kv::PagedKvCache<test_config<64, 3>, block_size, kv::Bf16Codec, kv::Fp32Codec>;
+    PagedKvLayer const layer = kernels::cuda::paged_kv_layer<Mixed>(nullptr, 0, nullptr, 1);
+    std::string const message = error_of([&] {
+        kernels::cuda::decode_attention<kv::Bf16Codec, 64, 3>(
+            layer, {.seqs = 1, .kv_heads = kv_heads, .max_context_length = 1});
+    });
+    checker.expect(message.find("pass the cache's value codec") != std::string::npos,
+                   "a layer of other codecs than the kernel's is refused: '" + message + "'");
 }
 
 }  // namespace
@@ -405,9 +476,22 @@ int main() {
     return run_device_tests("cuda_attention_test", [](Checker& checker) {
         auto rng = seeded_rng(test_seed());
         test_unlisted_shape(checker);
-        test_shape<kv::Fp32Codec, 64, 3>(checker, rng, false);      // SmolLM2-135M
+        test_mismatched_codecs(checker);
+        test_shape<kv::Fp32Codec, 64, 3>(checker, rng, false, true);  // SmolLM2-135M
+        // K and V in different codecs (and load widths: 8 bf16, 4 f32 per access).
+        test_shape<kv::Bf16Codec, 64, 3, kv::Fp32Codec>(checker, rng, false);
         test_shape<kv::Bf16Codec, 128, 4>(checker, rng, true);      // Llama-3-8B
         test_shape<kv::Fp8E4M3Codec, 128, 8>(checker, rng, false);  // 70B-class GQA, FP8 KV
         test_shape<kv::Bf16Codec, 128, 8>(checker, rng, false);     // the benchmark's shape
+        // Every further device: prefill's shared-memory attribute is set on each device, not
+        // once per process (launches on a second device failed).
+        int const devices = kernels::cuda::device_count();
+        for (int device = 1; device < devices; ++device) {
+            kernels::cuda::check(cudaSetDevice(device), "cudaSetDevice");
+            std::printf("device %d:\n", device);
+            test_shape<kv::Fp32Codec, 64, 3>(checker, rng, false);
+            test_shape<kv::Bf16Codec, 128, 4>(checker, rng, false);
+        }
+        kernels::cuda::check(cudaSetDevice(0), "cudaSetDevice");
     });
 }

@@ -8,18 +8,19 @@
 
 namespace tinfer::kernels::cuda {
 
-template <ModelConfig C, class Codec>
-requires DeviceKvCodec<Codec, C.head_dim>
+// Codec decodes K and ValueCodec V, as the cache behind `layer` stores them.
+template <ModelConfig C, class Codec, class ValueCodec = Codec>
+requires DeviceKvCodec<Codec, C.head_dim> && DeviceKvCodec<ValueCodec, C.head_dim>
 void decode_attention(PagedKvLayer const& layer, DecodeAttentionArguments const& arguments,
                       cudaStream_t stream = nullptr) {
-    decode_attention<Codec, C.head_dim, C.group_size()>(layer, arguments, stream);
+    decode_attention<Codec, C.head_dim, C.group_size(), ValueCodec>(layer, arguments, stream);
 }
 
-template <ModelConfig C, class Codec>
-requires DeviceKvCodec<Codec, C.head_dim>
+template <ModelConfig C, class Codec, class ValueCodec = Codec>
+requires DeviceKvCodec<Codec, C.head_dim> && DeviceKvCodec<ValueCodec, C.head_dim>
 void prefill_attention(PagedKvLayer const& layer, PrefillAttentionArguments const& arguments,
                        cudaStream_t stream = nullptr) {
-    prefill_attention<Codec, C.head_dim, C.group_size()>(layer, arguments, stream);
+    prefill_attention<Codec, C.head_dim, C.group_size(), ValueCodec>(layer, arguments, stream);
 }
 
 // Runtime shape -> compiled instantiation (instantiations.cuh), for callers that learn the

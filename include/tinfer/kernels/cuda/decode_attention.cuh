@@ -25,6 +25,7 @@
 
 #include <tinfer/kernels/activation_math.hpp>
 #include <tinfer/kernels/cuda/check.cuh>
+#include <tinfer/kernels/cuda/kernel_status.cuh>
 #include <tinfer/kernels/cuda/paged_kv.cuh>
 
 namespace tinfer::kernels::cuda {
@@ -40,13 +41,17 @@ constexpr int next_power_of_two(int n) {
 }
 }  // namespace decode_detail
 
-template <class Codec, int HeadDim, int Group>
+// Codec decodes K, ValueCodec V (the same unless the cache holds them differently).
+template <class Codec, int HeadDim, int Group, class ValueCodec = Codec>
 struct DecodeAttentionShape {
     using Reader = KvReader<Codec, HeadDim>;
+    using ValueReader = KvReader<ValueCodec, HeadDim>;
     static constexpr int warp = 32;
     static constexpr int warps = 4;
     static constexpr int threads = warp * warps;
-    static constexpr int vector = Reader::elements;  // elements one lane loads at once
+    // Elements one lane loads at once (the wider codec's width; the other loads it in runs).
+    static constexpr int vector = kv_load_elements<Reader, ValueReader>;
+    static_assert(HeadDim % vector == 0, "decode attention: head_dim % load width != 0");
     static constexpr int vectors_per_row = HeadDim / vector;
     static constexpr int lanes_per_token = vectors_per_row < warp ? vectors_per_row : warp;
     static constexpr int chunks_per_lane = vectors_per_row / lanes_per_token;
@@ -89,6 +94,10 @@ struct DecodeAttentionArguments {
     int kv_heads = 0;
     int max_context_length = 0;  // >= every context length: sizes the grid and the workspace
     float* workspace = nullptr;  // decode_attention_workspace_floats(...) floats
+    // Where a sequence whose context length is outside [1, max_context_length] is reported
+    // (kernel_status.cuh); its output rows are then not written. nullptr: such a sequence
+    // traps the kernel instead.
+    KernelStatus* status = nullptr;
 };
 
 template <class Codec, int HeadDim, int Group>
@@ -164,13 +173,16 @@ __device__ constexpr int owned_value(int sublane) {
 
 }  // namespace decode_detail
 
-template <class Codec, int HeadDim, int Group>
-__global__ void __launch_bounds__((DecodeAttentionShape<Codec, HeadDim, Group>::threads))
+template <class Codec, int HeadDim, int Group, class ValueCodec>
+__global__ void __launch_bounds__(
+    (DecodeAttentionShape<Codec, HeadDim, Group, ValueCodec>::threads))
     decode_attention_kernel(PagedKvLayer layer, DecodeAttentionArguments arguments) {
-    using Shape = DecodeAttentionShape<Codec, HeadDim, Group>;
+    using Shape = DecodeAttentionShape<Codec, HeadDim, Group, ValueCodec>;
     using Reader = typename Shape::Reader;
+    using ValueReader = typename Shape::ValueReader;
     constexpr int vector = Shape::vector;
     constexpr std::size_t vector_bytes = Reader::vector_bytes;
+    constexpr std::size_t value_vector_bytes = ValueReader::vector_bytes;
     __shared__ typename Shape::SharedStorage shared;
 
     int const kv_head = static_cast<int>(blockIdx.x);
@@ -178,6 +190,17 @@ __global__ void __launch_bounds__((DecodeAttentionShape<Codec, HeadDim, Group>::
     int const partition = static_cast<int>(blockIdx.z);
     int const heads = arguments.kv_heads * Group;
     int const context = arguments.context_lengths[seq];
+    // The grid covers max_context_length: a longer context would lose its tail (and overrun
+    // the workspace in the merge), an empty one has no token to attend to. Refused, once per
+    // sequence; every block of it stops.
+    if (context > arguments.max_context_length || context < 1) {
+        if (kv_head == 0 && partition == 0 && threadIdx.x == 0)
+            report_status(arguments.status,
+                          context < 1 ? KernelStatusCode::empty_context
+                                      : KernelStatusCode::context_beyond_max_context_length,
+                          seq, context, arguments.max_context_length);
+        return;
+    }
     int const begin = partition * Shape::partition_tokens;
     if (begin >= context) return;
     int const end = min(begin + Shape::partition_tokens, context);
@@ -220,7 +243,7 @@ __global__ void __launch_bounds__((DecodeAttentionShape<Codec, HeadDim, Group>::
 #pragma unroll
             for (int c = 0; c < Shape::chunks_per_lane; ++c) {
                 float k[vector];
-                Reader::load(key, element(c), k);
+                load_run<Reader>(key, element(c), k);
 #pragma unroll
                 for (int g = 0; g < Group; ++g)
 #pragma unroll
@@ -264,11 +287,11 @@ __global__ void __launch_bounds__((DecodeAttentionShape<Codec, HeadDim, Group>::
         int const position = step + token_slot;
         if (position < end) {
             std::byte const* value =
-                layer.vector(layer.value_offset, vector_bytes, seq, kv_head, position);
+                layer.vector(layer.value_offset, value_vector_bytes, seq, kv_head, position);
 #pragma unroll
             for (int c = 0; c < Shape::chunks_per_lane; ++c) {
                 float v[vector];
-                Reader::load(value, element(c), v);
+                load_run<ValueReader>(value, element(c), v);
 #pragma unroll
                 for (int g = 0; g < Group; ++g) {
                     float const p = shared.scores[g][position - begin];
@@ -333,8 +356,9 @@ __global__ void __launch_bounds__(HeadDim)
     int const seq = static_cast<int>(blockIdx.y);
     int const heads = static_cast<int>(gridDim.x);
     int const context = arguments.context_lengths[seq];
+    if (context > arguments.max_context_length) return;  // refused by the first kernel
     int const partitions = ceil_div(context, partition_tokens);
-    if (partitions <= 1) return;  // written directly by the first kernel
+    if (partitions <= 1) return;  // written directly by the first kernel (or refused: empty)
     int const max_partitions = ceil_div(arguments.max_context_length, partition_tokens);
     auto const partials = decode_detail::Partials<HeadDim>::from(
         arguments.workspace, arguments.seqs, heads, max_partitions);
@@ -354,22 +378,30 @@ __global__ void __launch_bounds__(HeadDim)
     arguments.out[(static_cast<std::size_t>(seq) * heads + head) * HeadDim + d] = weighted / total;
 }
 
-template <class Codec, int HeadDim, int Group>
-requires DeviceKvCodec<Codec, HeadDim>
+// Codec decodes K, ValueCodec V: the layer must come from a cache holding them so.
+template <class Codec, int HeadDim, int Group, class ValueCodec = Codec>
+requires DeviceKvCodec<Codec, HeadDim> && DeviceKvCodec<ValueCodec, HeadDim>
 void decode_attention(PagedKvLayer const& layer, DecodeAttentionArguments const& arguments,
                       cudaStream_t stream = nullptr) {
-    using Shape = DecodeAttentionShape<Codec, HeadDim, Group>;
+    using Shape = DecodeAttentionShape<Codec, HeadDim, Group, ValueCodec>;
     if (arguments.seqs <= 0) return;
+    if (arguments.max_context_length < 1)
+        throw Error("decode_attention: max_context_length " +
+                    std::to_string(arguments.max_context_length) + " (must be >= 1)");
+    check_layer_codecs<Codec, ValueCodec, HeadDim>(layer, "decode_attention");
     int const partitions =
         decode_attention_partitions<Codec, HeadDim, Group>(arguments.max_context_length);
     if (partitions > 1 && arguments.workspace == nullptr)
         throw Error("decode_attention: contexts longer than one partition need a workspace");
     dim3 const grid(arguments.kv_heads, arguments.seqs, partitions);
-    decode_attention_kernel<Codec, HeadDim, Group>
+    check_grid(grid, "decode_attention_kernel");
+    check_before_launch("decode_attention_kernel");
+    decode_attention_kernel<Codec, HeadDim, Group, ValueCodec>
         <<<grid, Shape::threads, 0, stream>>>(layer, arguments);
     check_launch("decode_attention_kernel");
     if (partitions > 1) {
         dim3 const merge_grid(arguments.kv_heads * Group, arguments.seqs);
+        check_before_launch("decode_attention_merge_kernel");
         decode_attention_merge_kernel<HeadDim>
             <<<merge_grid, HeadDim, 0, stream>>>(arguments, Shape::partition_tokens);
         check_launch("decode_attention_merge_kernel");

@@ -20,13 +20,16 @@
 
 #include <tinfer/kernels/activation_math.hpp>
 #include <tinfer/kernels/cuda/check.cuh>
+#include <tinfer/kernels/cuda/kernel_status.cuh>
 #include <tinfer/kernels/cuda/paged_kv.cuh>
 
 namespace tinfer::kernels::cuda {
 
-template <class Codec, int HeadDim, int Group>
+// Codec decodes K, ValueCodec V (the same unless the cache holds them differently).
+template <class Codec, int HeadDim, int Group, class ValueCodec = Codec>
 struct PrefillAttentionShape {
     using Reader = KvReader<Codec, HeadDim>;
+    using ValueReader = KvReader<ValueCodec, HeadDim>;
     static constexpr int tile_queries = 64;
     static constexpr int tile_keys = 32;
     static constexpr int lanes_per_row = 8;  // lanes sharing a quartet of query rows
@@ -34,7 +37,7 @@ struct PrefillAttentionShape {
     static constexpr int threads = tile_queries / rows_per_thread * lanes_per_row;
     static constexpr int keys_per_thread = tile_keys / lanes_per_row;
     static constexpr int columns_per_thread = HeadDim / lanes_per_row;
-    static constexpr int vector = Reader::elements;
+    static constexpr int vector = kv_load_elements<Reader, ValueReader>;
     static constexpr int vectors_per_row = HeadDim / vector;
     // Rows padded by 4 floats: float4 accesses stay aligned, consecutive rows shift by 4 banks.
     static constexpr int row_stride = HeadDim + 4;
@@ -59,13 +62,19 @@ struct PrefillAttentionArguments {
     int seqs = 0;
     int kv_heads = 0;
     int max_queries = 0;  // >= every sequence's chunk length: sizes the grid
+    // Where a chunk longer than max_queries, or longer than its context, is reported
+    // (kernel_status.cuh); its output rows are then not written. nullptr: such a chunk traps
+    // the kernel instead.
+    KernelStatus* status = nullptr;
 };
 
-template <class Codec, int HeadDim, int Group>
-__global__ void __launch_bounds__((PrefillAttentionShape<Codec, HeadDim, Group>::threads))
+template <class Codec, int HeadDim, int Group, class ValueCodec>
+__global__ void __launch_bounds__(
+    (PrefillAttentionShape<Codec, HeadDim, Group, ValueCodec>::threads))
     prefill_attention_kernel(PagedKvLayer layer, PrefillAttentionArguments arguments) {
-    using Shape = PrefillAttentionShape<Codec, HeadDim, Group>;
+    using Shape = PrefillAttentionShape<Codec, HeadDim, Group, ValueCodec>;
     using Reader = typename Shape::Reader;
+    using ValueReader = typename Shape::ValueReader;
     constexpr int rows = Shape::rows_per_thread;
     constexpr int keys = Shape::keys_per_thread;
     constexpr int columns = Shape::columns_per_thread;
@@ -83,9 +92,22 @@ __global__ void __launch_bounds__((PrefillAttentionShape<Codec, HeadDim, Group>:
     int const heads = arguments.kv_heads * Group;
     int const query_begin = arguments.query_starts[seq];
     int const queries = arguments.query_starts[seq + 1] - query_begin;
+    int const context = arguments.context_lengths[seq];
+    // The grid covers max_queries: rows past it would never be computed; a chunk longer than
+    // its context would read positions before 0. Refused, once per sequence.
+    if (queries > arguments.max_queries || context < queries) {
+        if (blockIdx.x == 0 && head == 0 && threadIdx.x == 0) {
+            bool const too_many = queries > arguments.max_queries;
+            report_status(arguments.status,
+                          too_many ? KernelStatusCode::queries_beyond_max_queries
+                                   : KernelStatusCode::context_shorter_than_queries,
+                          seq, too_many ? queries : context,
+                          too_many ? arguments.max_queries : queries);
+        }
+        return;
+    }
     int const first_query = static_cast<int>(blockIdx.x) * Shape::tile_queries;
     if (first_query >= queries) return;
-    int const context = arguments.context_lengths[seq];
     int const first_position = context - queries;  // position of the chunk's first query
     int const tile_rows = min(Shape::tile_queries, queries - first_query);
     int const last_position = first_position + first_query + tile_rows - 1;
@@ -125,6 +147,7 @@ __global__ void __launch_bounds__((PrefillAttentionShape<Codec, HeadDim, Group>:
     }
 
     constexpr std::size_t vector_bytes = Reader::vector_bytes;
+    constexpr std::size_t value_vector_bytes = ValueReader::vector_bytes;
     for (int key_begin = 0; key_begin <= last_position; key_begin += Shape::tile_keys) {
         __syncthreads();  // the previous tile's K, V and P are no longer read
         for (int i = thread; i < Shape::tile_keys * Shape::vectors_per_row; i += Shape::threads) {
@@ -134,10 +157,11 @@ __global__ void __launch_bounds__((PrefillAttentionShape<Codec, HeadDim, Group>:
             float k[Shape::vector];
             float v[Shape::vector];
             if (position < context) {
-                Reader::load(layer.vector(layer.key_offset, vector_bytes, seq, kv_head, position),
-                             first, k);
-                Reader::load(layer.vector(layer.value_offset, vector_bytes, seq, kv_head, position),
-                             first, v);
+                load_run<Reader>(
+                    layer.vector(layer.key_offset, vector_bytes, seq, kv_head, position), first, k);
+                load_run<ValueReader>(
+                    layer.vector(layer.value_offset, value_vector_bytes, seq, kv_head, position),
+                    first, v);
             } else {
 #pragma unroll
                 for (int e = 0; e < Shape::vector; ++e) k[e] = v[e] = 0;  // finite: 0 * p stays 0
@@ -232,23 +256,30 @@ __global__ void __launch_bounds__((PrefillAttentionShape<Codec, HeadDim, Group>:
     }
 }
 
-template <class Codec, int HeadDim, int Group>
-requires DeviceKvCodec<Codec, HeadDim>
+// Codec decodes K, ValueCodec V: the layer must come from a cache holding them so.
+template <class Codec, int HeadDim, int Group, class ValueCodec = Codec>
+requires DeviceKvCodec<Codec, HeadDim> && DeviceKvCodec<ValueCodec, HeadDim>
 void prefill_attention(PagedKvLayer const& layer, PrefillAttentionArguments const& arguments,
                        cudaStream_t stream = nullptr) {
-    using Shape = PrefillAttentionShape<Codec, HeadDim, Group>;
-    if (arguments.seqs <= 0 || arguments.max_queries <= 0) return;
-    auto const kernel = prefill_attention_kernel<Codec, HeadDim, Group>;
-    // More than the default 48 KiB of dynamic shared memory must be asked for, once per kernel.
-    static bool const configured = [&] {
+    using Shape = PrefillAttentionShape<Codec, HeadDim, Group, ValueCodec>;
+    if (arguments.seqs <= 0) return;
+    if (arguments.max_queries <= 0)
+        throw Error("prefill_attention: max_queries " + std::to_string(arguments.max_queries) +
+                    " (must be >= 1: it sizes the grid, a 0 would drop every row)");
+    check_layer_codecs<Codec, ValueCodec, HeadDim>(layer, "prefill_attention");
+    auto const kernel = prefill_attention_kernel<Codec, HeadDim, Group, ValueCodec>;
+    // More than the default 48 KiB of dynamic shared memory must be asked for, once per kernel
+    // and device: the attribute belongs to the device's context, not the process.
+    static PerDeviceOnce configured;
+    configured([&] {
         check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    static_cast<int>(Shape::shared_bytes)),
               "cudaFuncSetAttribute(prefill_attention_kernel shared memory)");
-        return true;
-    }();
-    (void)configured;
+    });
     dim3 const grid(ceil_div(arguments.max_queries, Shape::tile_queries),
                     arguments.kv_heads * Group, arguments.seqs);
+    check_grid(grid, "prefill_attention_kernel");
+    check_before_launch("prefill_attention_kernel");
     kernel<<<grid, Shape::threads, Shape::shared_bytes, stream>>>(layer, arguments);
     check_launch("prefill_attention_kernel");
 }
