@@ -1,9 +1,13 @@
 // The device sampler against the host's kernels::sample_token: for the same processed logits,
 // settings, seed, request id and step, both draw the same token (same Philox numbers, same
-// ranking and filters). Also: Philox blocks are bitwise equal on both sides, and masked (-inf)
-// tokens are never drawn.
+// ranking and filters). Also: Philox blocks and the sampling exponential
+// (kernels/cuda/sampling_exp.hpp) are bitwise equal on both sides, masked (-inf) tokens are never
+// drawn, rows the host refuses (a NaN or +inf logit, every logit -inf) fail on the device with
+// the host's error, and a workspace made on one non-blocking stream samples correctly on another
+// (its setup runs on the caller's stream, not the legacy default one).
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -11,6 +15,7 @@
 #include <tinfer/config/presets.hpp>
 #include <tinfer/core/philox.hpp>
 #include <tinfer/kernels/cuda/sampling.cuh>
+#include <tinfer/kernels/cuda/sampling_exp.hpp>
 #include <tinfer/kernels/sampling.hpp>
 
 #include "cuda_testing.cuh"
@@ -47,6 +52,121 @@ void test_philox(Checker& checker, std::mt19937_64& rng) {
     for (int i = 0; i < count; ++i) equal = equal && out[i] == philox_draw(positions[i]);
     checker.expect(equal, "philox4x32_10 device == host for 1000 random positions");
     if (equal) std::printf("ok: philox bitwise\n");
+}
+
+__global__ void sampling_exp_kernel(float const* x, float* out, int count) {
+    int const i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < count) out[i] = kernels::sampling_exp(x[i]);
+}
+
+// The one exponential both samplers weigh with gives the same bits on both backends, over the
+// whole range a weight's exponent takes (and past it: overflow, underflow, specials).
+void test_sampling_exp(Checker& checker, std::mt19937_64& rng) {
+    constexpr int threads = 256;
+    std::vector<float> x = random_floats(rng, 1 << 20, -110, 95);
+    auto const more = random_floats(rng, 1 << 16, -1, 1);
+    x.insert(x.end(), more.begin(), more.end());
+    for (float const special : {0.0f, -0.0f, 1.0f, -1.0f, -std::numeric_limits<float>::infinity(),
+                                std::numeric_limits<float>::infinity(),
+                                std::numeric_limits<float>::quiet_NaN(), -87.33654f, -103.9720840f,
+                                88.7228393f, -1e-30f, std::numeric_limits<float>::denorm_min()})
+        x.push_back(special);
+    int const count = static_cast<int>(x.size());
+    DeviceBuffer<float> const dx(x);
+    auto dout = poisoned_floats(x.size());
+    sampling_exp_kernel<<<kernels::cuda::ceil_div(count, threads), threads>>>(dx.data(),
+                                                                              dout.data(), count);
+    kernels::cuda::check_launch("sampling_exp_kernel");
+    auto const out = dout.to_host();
+    int differ = 0;
+    for (int i = 0; i < count; ++i) {
+        float const host = kernels::sampling_exp(x[i]);
+        if (std::memcmp(&host, &out[i], sizeof host) != 0 && !(host != host && out[i] != out[i]))
+            ++differ;
+    }
+    checker.expect(differ == 0, "sampling_exp device == host bitwise (" + std::to_string(differ) +
+                                    " of " + std::to_string(count) + " differ)");
+}
+
+// The host's refusal of a row, or "" when it samples one.
+std::string host_refusal(std::vector<float> const& row, kernels::SamplingParams const& params,
+                         kernels::SamplingWorkspace& workspace) {
+    try {
+        (void)kernels::sample_token({row.data(), row.size()}, params, {}, 1, 0, workspace);
+    } catch (Error const& error) {
+        return error.what();
+    }
+    return "";
+}
+
+// Rows the host refuses (a NaN or +inf logit: an Error naming the lowest such token; every
+// logit -inf: a RequestError) are refused by the device too, with the same message, greedy or
+// not; the good rows of the same launch still draw the host's tokens.
+void test_refused_rows(Checker& checker, std::mt19937_64& rng) {
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    std::normal_distribution<float> logit(0, 3);
+    struct Row {
+        char const* name;
+        int nan_at;       // -1: none
+        int inf_at;       // -1: none
+        bool all_masked;  // every logit -inf
+    };
+    std::vector<Row> const kinds = {{"good", -1, -1, false},
+                                    {"NaN at 4000", 4000, -1, false},
+                                    {"+inf at 123 and NaN at 9000", 9000, 123, false},
+                                    {"NaN at 0", 0, -1, false},
+                                    {"every logit -inf", -1, -1, true}};
+    for (float const temperature : {0.0f, 0.8f}) {
+        kernels::SamplingParams const settings{.temperature = temperature, .seed = rng()};
+        kernels::SamplingWorkspace host_workspace(vocab);
+        std::vector<float> logits;
+        std::vector<std::string> expected;
+        std::vector<std::int32_t> expected_tokens;
+        for (Row const& kind : kinds) {
+            std::vector<float> row(vocab);
+            for (float& x : row) x = kind.all_masked ? -inf : logit(rng);
+            if (kind.nan_at >= 0) row[static_cast<std::size_t>(kind.nan_at)] = std::nanf("");
+            if (kind.inf_at >= 0) row[static_cast<std::size_t>(kind.inf_at)] = inf;
+            expected.push_back(host_refusal(row, settings, host_workspace));
+            expected_tokens.push_back(
+                expected.back().empty() ? kernels::sample_token({row.data(), row.size()}, settings,
+                                                                {}, 1, 0, host_workspace)
+                                              .token
+                                        : -1);
+            logits.insert(logits.end(), row.begin(), row.end());
+        }
+        int const rows = static_cast<int>(kinds.size());
+        std::vector<kernels::cuda::DeviceSamplingParams> const params(
+            kinds.size(), kernels::cuda::device_sampling_params(settings, vocab, 1, 0));
+        DeviceBuffer<float> const dlogits(logits);
+        DeviceBuffer<kernels::cuda::DeviceSamplingParams> const dparams(params);
+        DeviceBuffer<std::int32_t> dtokens(kinds.size());
+        kernels::cuda::SamplingWorkspace workspace(rows, vocab);
+        workspace.sample(dlogits.data(), dparams.data(), rows, dtokens.data());
+        auto const tokens = dtokens.to_host();
+        for (int r = 0; r < rows; ++r) {
+            std::string const what =
+                std::string(kinds[r].name) + ", temperature " + std::to_string(temperature);
+            std::string got;
+            bool request_error = false;
+            try {
+                kernels::cuda::check_sampled_tokens({tokens.data() + r, 1});
+            } catch (RequestError const& error) {
+                got = error.what();
+                request_error = true;
+            } catch (Error const& error) {
+                got = error.what();
+            }
+            checker.expect(got == expected[static_cast<std::size_t>(r)],
+                           what + ": device says '" + got + "', host says '" +
+                               expected[static_cast<std::size_t>(r)] + "'");
+            checker.expect(request_error == kinds[r].all_masked,
+                           what + ": a request's fault exactly when every logit is -inf");
+            if (expected[static_cast<std::size_t>(r)].empty())
+                checker.expect(tokens[r] == expected_tokens[static_cast<std::size_t>(r)],
+                               what + ": the good row draws the host's token");
+        }
+    }
 }
 
 struct Case {
@@ -103,8 +223,21 @@ void test_sampler(Checker& checker, std::mt19937_64& rng) {
     DeviceBuffer<kernels::cuda::DeviceSamplingParams> const dparams(params);
     DeviceBuffer<std::int32_t> dtokens(static_cast<std::size_t>(rows));
     dtokens.fill_bytes(0xff);  // -1: an unwritten row fails
-    kernels::cuda::SamplingWorkspace workspace(rows, vocab);
-    workspace.sample(dlogits.data(), dparams.data(), rows, dtokens.data());
+    kernels::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after uploads");
+    // Made on one non-blocking stream, used at once on another: nothing orders the two but the
+    // workspace's own setup event (a setup on the legacy default stream would race here).
+    cudaStream_t setup_stream = nullptr, sample_stream = nullptr;
+    kernels::cuda::check(cudaStreamCreateWithFlags(&setup_stream, cudaStreamNonBlocking),
+                         "cudaStreamCreateWithFlags");
+    kernels::cuda::check(cudaStreamCreateWithFlags(&sample_stream, cudaStreamNonBlocking),
+                         "cudaStreamCreateWithFlags");
+    {
+        kernels::cuda::SamplingWorkspace workspace(rows, vocab, setup_stream);
+        workspace.sample(dlogits.data(), dparams.data(), rows, dtokens.data(), sample_stream);
+        kernels::cuda::check(cudaStreamSynchronize(sample_stream), "cudaStreamSynchronize");
+    }
+    kernels::cuda::check(cudaStreamDestroy(setup_stream), "cudaStreamDestroy");
+    kernels::cuda::check(cudaStreamDestroy(sample_stream), "cudaStreamDestroy");
     auto const tokens = dtokens.to_host();
     for (int r = 0; r < rows; ++r) {
         Case const& c = cases[static_cast<std::size_t>(r / steps)];
@@ -124,6 +257,8 @@ int main() {
     return run_device_tests("cuda_sampling_test", [](Checker& checker) {
         auto rng = seeded_rng(test_seed());
         test_philox(checker, rng);
+        test_sampling_exp(checker, rng);
         test_sampler(checker, rng);
+        test_refused_rows(checker, rng);
     });
 }

@@ -36,6 +36,7 @@
 
 #include <tinfer/core/error.hpp>
 #include <tinfer/core/philox.hpp>
+#include <tinfer/kernels/cuda/sampling_exp.hpp>
 
 namespace tinfer::kernels {
 
@@ -145,6 +146,16 @@ struct SamplingWorkspace {
 
 namespace detail {
 
+// The sampler's two refusals, shared with the device sampler (kernels/cuda/sampling.cuh) so a
+// bad row fails the same way on both backends.
+inline Error nonfinite_logit_error(std::int32_t token) {
+    return Error("sample_token: logit of token " + std::to_string(token) + " is NaN or +inf");
+}
+inline RequestError all_logits_masked_error() {
+    return RequestError(
+        "every token's logit is -inf after penalties and logit bias: nothing can be sampled");
+}
+
 inline void check_history_tokens(std::span<std::int32_t const> tokens, std::int32_t vocab,
                                  char const* which) {
     for (std::int32_t const token : tokens) {
@@ -215,8 +226,10 @@ inline std::int32_t select_candidates(SamplingParams const& params, std::int32_t
     RanksBefore const ranks_before{logits};
     // Subtracting the max before dividing keeps every exponent <= 0 even for tiny temperatures;
     // the best token's weight is exactly 1, which min-p relies on.
+    // sampling_weight: the device sampler's function too, so both weigh every token bitwise
+    // alike (std::exp and CUDA's expf differ in the last bit for some inputs).
     auto const weight_of = [&](std::int32_t token) {
-        return std::exp((logits[token] - max_logit) / params.temperature);
+        return sampling_weight(logits[token], max_logit, params.temperature);
     };
 
     std::int32_t count = 0;
@@ -361,8 +374,7 @@ inline SampledToken sample_token(std::span<float const> logits, SamplingParams c
     for (std::int32_t token = 0; token < vocab; ++token) {
         float const logit = logits[token];
         if (std::isnan(logit) || logit == std::numeric_limits<float>::infinity())
-            throw Error("sample_token: logit of token " + std::to_string(token) +
-                        " is NaN or +inf");
+            throw detail::nonfinite_logit_error(token);
         raw_max = std::max(raw_max, logit);
     }
 
@@ -372,10 +384,7 @@ inline SampledToken sample_token(std::span<float const> logits, SamplingParams c
     std::int32_t best = -1;
     for (std::int32_t token = 0; token < vocab; ++token)
         if (processed[token] > (best < 0 ? negative_infinity : processed[best])) best = token;
-    if (best < 0)
-        throw RequestError(
-            "every token's logit is -inf after penalties and logit bias: "
-            "nothing can be sampled");
+    if (best < 0) throw detail::all_logits_masked_error();
 
     std::int32_t const token =
         params.temperature == 0 ? best

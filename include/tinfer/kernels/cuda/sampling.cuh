@@ -14,10 +14,18 @@
 //
 // Penalties and logit bias are not applied here: they change logits before this step (the
 // host's apply_penalties_and_bias), and the logits passed in are the processed ones.
+//
+// Weights come from kernels::sampling_weight, the host sampler's own function (bitwise equal on
+// both backends). A row the host would refuse is refused here too: a NaN or +inf logit, or every
+// logit -inf, writes an error code instead of a token (sampled_token_error), and
+// check_sampled_tokens throws the host's exact error for it once the tokens are on the host.
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <span>
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
@@ -26,6 +34,7 @@
 #include <tinfer/core/philox.hpp>
 #include <tinfer/kernels/cuda/check.cuh>
 #include <tinfer/kernels/cuda/device_buffer.cuh>
+#include <tinfer/kernels/cuda/sampling_exp.hpp>
 #include <tinfer/kernels/sampling.hpp>
 
 namespace tinfer::kernels::cuda {
@@ -56,7 +65,28 @@ inline DeviceSamplingParams device_sampling_params(SamplingParams const& params,
 
 inline constexpr int sampling_threads = 512;
 
+// What the device sampler writes for a row the host sampler would refuse: -1 - t when token t
+// is the lowest id whose logit is NaN or +inf (the token the host names), all_logits_masked
+// when every logit is -inf. Drawn tokens are >= 0.
+inline constexpr std::int32_t all_logits_masked = INT_MIN;
+TINFER_HOST_DEVICE constexpr std::int32_t nonfinite_logit_code(std::int32_t token) {
+    return -1 - token;
+}
+
+// Throws what kernels::sample_token throws for the first refused row (tokens as the device
+// sampler wrote them, copied to the host); returns quietly when every row drew a token.
+inline void check_sampled_tokens(std::span<std::int32_t const> tokens) {
+    for (std::int32_t const token : tokens) {
+        if (token >= 0) continue;
+        if (token == all_logits_masked) throw detail::all_logits_masked_error();
+        throw detail::nonfinite_logit_error(-1 - token);
+    }
+}
+
 namespace sampling_detail {
+
+inline constexpr float positive_infinity = std::numeric_limits<float>::infinity();
+inline constexpr float negative_infinity = -std::numeric_limits<float>::infinity();
 
 __global__ void segment_setup_kernel(int* ids, int* offsets, int seqs, int vocab) {
     std::size_t const total = static_cast<std::size_t>(seqs) * vocab;
@@ -141,14 +171,30 @@ __global__ void __launch_bounds__(sampling_threads)
     float const* const ranked = ranked_logits + row;
     int const* const ids = ranked_ids + row;
     std::uint8_t* const marks = kept + row;
+    // The host refuses a NaN or +inf logit (naming the lowest such token) and a row of -inf
+    // only: the same here, before the ranking (which orders NaN by its bits) is trusted.
+    int const nonfinite = first_index(vocab, [&](int i) {
+        float const logit = row_logits[i];
+        return logit != logit || logit == positive_infinity;
+    });
+    if (nonfinite < vocab) {
+        if (threadIdx.x == 0) tokens[seq] = nonfinite_logit_code(nonfinite);
+        return;
+    }
     float const max_logit = ranked[0];
+    if (max_logit == negative_infinity) {
+        if (threadIdx.x == 0) tokens[seq] = all_logits_masked;
+        return;
+    }
     std::int32_t const best = ids[0];
     if (params.temperature == 0) {
         if (threadIdx.x == 0) tokens[seq] = best;
         return;
     }
-    // The host's formula exactly, so both passes below see the same floats.
-    auto const weight = [&](float logit) { return expf((logit - max_logit) / params.temperature); };
+    // The host's function itself, so both passes below see the host's floats.
+    auto const weight = [&](float logit) {
+        return sampling_weight(logit, max_logit, params.temperature);
+    };
 
     // Candidates: every token of positive weight (a ranked prefix).
     int count = first_index(vocab, [&](int i) { return !(weight(ranked[i]) > 0); });
@@ -187,10 +233,13 @@ __global__ void __launch_bounds__(sampling_threads)
 
 }  // namespace sampling_detail
 
-// Device scratch for sampling up to `max_seqs` rows of `vocab` logits at a time.
+// Device scratch for sampling up to `max_seqs` rows of `vocab` logits at a time. Its one-time
+// setup runs on the stream it is made with (the caller's, not the legacy default stream), and
+// every sample() waits for that setup on whatever stream it is given, so the workspace is safe
+// to make on one stream and use on another, non-blocking ones included.
 class SamplingWorkspace {
   public:
-    SamplingWorkspace(int max_seqs, int vocab)
+    SamplingWorkspace(int max_seqs, int vocab, cudaStream_t stream = nullptr)
         : max_seqs_(max_seqs),
           vocab_(vocab),
           ids_(elements(max_seqs, vocab)),
@@ -209,21 +258,32 @@ class SamplingWorkspace {
         sort_storage_ = DeviceBuffer<std::byte>(bytes);
         constexpr int setup_threads = 256;
         constexpr int setup_blocks = 1024;
-        sampling_detail::segment_setup_kernel<<<setup_blocks, setup_threads>>>(
+        check_before_launch("segment_setup_kernel");
+        sampling_detail::segment_setup_kernel<<<setup_blocks, setup_threads, 0, stream>>>(
             ids_.data(), offsets_.data(), max_seqs, vocab);
         check_launch("segment_setup_kernel");
+        check(cudaEventCreateWithFlags(&setup_done_, cudaEventDisableTiming), "cudaEventCreate");
+        check(cudaEventRecord(setup_done_, stream), "cudaEventRecord sampler setup");
+    }
+    SamplingWorkspace(SamplingWorkspace const&) = delete;
+    SamplingWorkspace& operator=(SamplingWorkspace const&) = delete;
+    ~SamplingWorkspace() {
+        if (setup_done_ != nullptr) (void)cudaEventDestroy(setup_done_);  // cannot report here
     }
 
     int max_seqs() const { return max_seqs_; }
     int vocab() const { return vocab_; }
 
     // logits: [seqs][vocab] device (processed: penalties and bias applied); params: [seqs] device;
-    // tokens: [seqs] device, the drawn tokens.
+    // tokens: [seqs] device, the drawn tokens, or for a row the host would refuse its error code
+    // (pass them to check_sampled_tokens once on the host).
     void sample(float const* logits, DeviceSamplingParams const* params, int seqs,
                 std::int32_t* tokens, cudaStream_t stream = nullptr) {
         if (seqs <= 0) return;
         if (seqs > max_seqs_)
             throw Error("cuda::SamplingWorkspace::sample: more rows than the workspace holds");
+        check(cudaStreamWaitEvent(stream, setup_done_, 0), "cudaStreamWaitEvent sampler setup");
+        check_before_launch("cub::DeviceSegmentedRadixSort::SortPairsDescending");
         int const items = static_cast<int>(elements(seqs, vocab_));
         std::size_t bytes = sort_storage_.size();
         // Key bits: all 32 (negative logits and -inf included).
@@ -234,6 +294,7 @@ class SamplingWorkspace {
                   ranked_ids_.data(), items, seqs, offsets_.data(), offsets_.data() + 1, begin_bit,
                   end_bit, stream),
               "cub::DeviceSegmentedRadixSort::SortPairsDescending");
+        check_before_launch("sample_kernel");
         sampling_detail::sample_kernel<<<seqs, sampling_threads, 0, stream>>>(
             logits, ranked_logits_.data(), ranked_ids_.data(), kept_.data(), params, vocab_,
             tokens);
@@ -253,6 +314,7 @@ class SamplingWorkspace {
     DeviceBuffer<std::uint8_t> kept_;    // [max_seqs][vocab]
     DeviceBuffer<int> offsets_;          // [max_seqs + 1]: row starts
     DeviceBuffer<std::byte> sort_storage_;
+    cudaEvent_t setup_done_ = nullptr;  // recorded after the ids and offsets are written
 };
 
 }  // namespace tinfer::kernels::cuda

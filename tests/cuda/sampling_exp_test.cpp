@@ -1,0 +1,68 @@
+// The sampling exponential both samplers share (kernels/cuda/sampling_exp.hpp), on the CPU:
+// within 2 ulp of e^x (float64 reference) and never decreasing, over a sweep of every 61st float
+// of the range a weight's exponent takes, with exact values where the samplers rely on them
+// (e^0 = 1: the best token weighs 1; -inf and deep underflow give 0; NaN stays NaN). The device
+// side is compared with this bitwise by cuda_sampling_test on a GPU.
+#include <cmath>
+#include <limits>
+
+#include <boost/test/unit_test.hpp>
+
+#include <tinfer/kernels/cuda/sampling_exp.hpp>
+
+using tinfer::kernels::sampling_exp;
+
+namespace {
+
+// |got - exact| in units of the float spacing at exact (the least subnormal below the normals).
+double ulps(float got, double exact) {
+    float const rounded = static_cast<float>(exact);
+    if (std::isinf(rounded)) return std::isinf(got) ? 0 : 1e30;
+    double const magnitude = std::abs(static_cast<double>(rounded));
+    double const spacing =
+        magnitude < std::numeric_limits<float>::min()
+            ? std::numeric_limits<float>::denorm_min()
+            : std::nextafter(static_cast<float>(magnitude), std::numeric_limits<float>::max()) -
+                  magnitude;
+    return std::abs(static_cast<double>(got) - exact) / spacing;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(sampling_exp_is_accurate_and_monotone) {
+    double worst = 0;
+    float worst_at = 0;
+    long decreasing = 0, checked = 0;
+    float previous = 0;
+    constexpr int stride = 61;  // every 61st float: all exponents, varied mantissas
+    float x = -104.0f;
+    while (x < 89.0f) {
+        float const y = sampling_exp(x);
+        double const error = ulps(y, std::exp(static_cast<double>(x)));
+        if (error > worst) {
+            worst = error;
+            worst_at = x;
+        }
+        if (checked > 0 && y < previous) ++decreasing;
+        previous = y;
+        ++checked;
+        for (int i = 0; i < stride; ++i) x = std::nextafter(x, 100.0f);
+    }
+    BOOST_TEST_MESSAGE(checked << " inputs, worst " << worst << " ulp at " << worst_at);
+    BOOST_TEST(worst <= 2.0, "worst error " << worst << " ulp at " << worst_at);
+    BOOST_TEST(decreasing == 0);
+}
+
+BOOST_AUTO_TEST_CASE(sampling_exp_special_values) {
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    BOOST_TEST(sampling_exp(0.0f) == 1.0f);
+    BOOST_TEST(sampling_exp(-0.0f) == 1.0f);
+    BOOST_TEST(sampling_exp(-inf) == 0.0f);
+    BOOST_TEST(sampling_exp(-200.0f) == 0.0f);
+    BOOST_TEST(sampling_exp(inf) == inf);
+    BOOST_TEST(sampling_exp(100.0f) == inf);
+    BOOST_TEST(std::isnan(sampling_exp(std::numeric_limits<float>::quiet_NaN())));
+    // The weight of the best token is exactly 1 at any temperature.
+    for (float const t : {0.01f, 0.7f, 1.0f, 3.0f})
+        BOOST_TEST(tinfer::kernels::sampling_weight(5.5f, 5.5f, t) == 1.0f);
+}
