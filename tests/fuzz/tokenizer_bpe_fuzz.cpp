@@ -1,0 +1,25 @@
+// libFuzzer target: SmolLM2's byte-level BPE tokenizer, built from the real model file
+// (TINFER_MODEL_PATH), under the checks of tokenizer_fuzz.hpp.
+#include <cstddef>
+#include <cstdint>
+
+#include <tinfer/format/tokenizer_gguf.hpp>
+
+#include "tokenizer_fuzz.hpp"
+
+namespace {
+tinfer::tok::Tokenizer const* tokenizer = nullptr;
+}
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+    tokenizer = new tinfer::tok::Tokenizer(
+        tinfer::tok::tokenizer_from_gguf(fuzz::open_model("TINFER_MODEL_PATH")));
+    fuzz::check(tokenizer->model() == tinfer::tok::TokenizerModel::byte_level_bpe,
+                "TINFER_MODEL_PATH's tokenizer is not byte-level BPE");
+    return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size) {
+    fuzz::fuzz_tokenizer(*tokenizer, data, size);
+    return 0;
+}
