@@ -6,6 +6,7 @@
 // model refuses), which edit the writer before it is serialised.
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -76,6 +77,20 @@ class SyntheticModel {
             matrix(p + "ffn_up.weight", c.hidden, c.ffn);
             matrix(p + "ffn_down.weight", c.ffn, c.hidden);
         }
+    }
+
+    // A byte-level BPE vocabulary of config.vocab tokens spelled "t0", "t1", ... with no merges,
+    // so an Engine (which reads the tokenizer and chat template from the file) can be built on
+    // the model; prompts are then given as token ids. `eos` is the end-of-sequence token, if any.
+    SyntheticModel& with_tokenizer(std::optional<std::int32_t> eos = std::nullopt) {
+        std::vector<std::string> tokens;
+        for (int id = 0; id < config_.vocab; ++id) tokens.push_back("t" + std::to_string(id));
+        writer_.add("tokenizer.ggml.model", gguf::Value(std::string("gpt2")));
+        writer_.add("tokenizer.ggml.pre", gguf::Value(std::string("gpt-2")));
+        writer_.add_strings("tokenizer.ggml.tokens", tokens);
+        writer_.add_strings("tokenizer.ggml.merges", {});
+        if (eos) writer_.add("tokenizer.ggml.eos_token_id", gguf::Value(std::uint32_t(*eos)));
+        return *this;
     }
 
     gguf::Writer& writer() { return writer_; }

@@ -1,0 +1,451 @@
+// The engine on a small synthetic model (seeded random weights, a vocabulary of "t0", "t1", ...;
+// tests/support/synthetic_model.hpp), where each step takes milliseconds, so the figures the
+// engine reports can be checked against the test's own measurements:
+//   - metrics: TTFT, TPOT, end-to-end latency, queue time, tokens/s, requests/s, mean KV
+//     utilization and peak KV usage, exactly with a manual clock injected through
+//     EngineOptions::clock, and as ordering and bounds around the test's own readings of the
+//     steady clock when the real clock runs;
+//   - a stop on EOS (FinishReason::stop_token) at the token the file names as EOS;
+//   - swap preemption: blocks counted out to the host pool and back, as the test counts them
+//     from the scheduler's swapped set, and greedy tokens unchanged by it.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include <tinfer/engine/engine.hpp>
+
+#include "step_until.hpp"
+#include "synthetic_model.hpp"
+#include "testing.hpp"
+
+using namespace tinfer;
+namespace s = tinfer::sched;
+using Clock = s::Clock;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+namespace {
+
+constexpr ModelConfig tiny{.layers = 2,
+                           .hidden = 64,
+                           .heads = 4,
+                           .kv_heads = 2,
+                           .head_dim = 16,
+                           .ffn = 96,
+                           .vocab = 32,
+                           .max_context = 256,
+                           .rope_base = 10000.0,
+                           .norm_eps = 1e-5,
+                           // Its own LM head: a tied one makes greedy decoding repeat the last
+                           // token of a random model forever.
+                           .arch = {.lm_head = LmHead::separate}};
+using Model = Llama<tiny>;
+constexpr int block_size = 16;
+constexpr std::size_t block_bytes = kv::PagedKvCache<tiny, block_size>::bytes_per_block;
+
+// At most two running: of three requests, the third waits for one to finish (a queue time).
+using Serving =
+    s::Scheduler<s::ContinuousBatching<2, 256>, s::WholePrompt, s::PreemptByRecompute, s::Fcfs>;
+using Swapping =
+    s::Scheduler<s::ContinuousBatching<4, 256>, s::WholePrompt, s::PreemptBySwap, s::Fcfs>;
+
+constexpr std::uint64_t weights_seed = 20261201;
+
+// The file's bytes outlive every engine built on them (File::from_bytes does not copy).
+std::vector<std::byte> const& model_bytes(std::optional<std::int32_t> eos = std::nullopt) {
+    static std::map<std::optional<std::int32_t>, std::vector<std::byte>> files;
+    auto& bytes = files[eos];
+    if (bytes.empty())
+        bytes = testing::SyntheticModel(tiny, weights_seed).with_tokenizer(eos).bytes();
+    return bytes;
+}
+
+gguf::File model_file(std::optional<std::int32_t> eos = std::nullopt) {
+    return gguf::File::from_bytes(model_bytes(eos));
+}
+
+GenerationRequest greedy(std::vector<std::int32_t> prompt, int max_tokens, bool ignore_eos = true) {
+    GenerationRequest r;
+    r.prompt_tokens = std::move(prompt);
+    r.max_tokens = max_tokens;
+    r.ignore_eos = ignore_eos;
+    r.sampling.temperature = 0;
+    return r;
+}
+
+std::vector<std::int32_t> prompt_of(std::uint64_t seed, int length) {
+    auto rng = testing::seeded_rng(seed);
+    std::uniform_int_distribution<std::int32_t> token(0, tiny.vocab - 1);
+    std::vector<std::int32_t> prompt(static_cast<std::size_t>(length));
+    for (auto& t : prompt) t = token(rng);
+    return prompt;
+}
+
+double seconds(Clock::duration d) {
+    return std::chrono::duration<double>(d).count();
+}
+
+// A clock the test moves by hand; the engine reads it through EngineOptions::clock.
+struct ManualClock {
+    Clock::time_point now{Clock::duration(std::chrono::seconds(1000))};
+    s::ClockSource source() {
+        return [this] { return now; };
+    }
+};
+
+// What the test itself sees of one request: its own clock readings around submit, each token
+// event and the end of the step that finished it, and its own token count.
+struct Observed {
+    int prompt_length = 0;
+    Clock::time_point submitted{}, first_token{}, last_token{};
+    Clock::time_point first_step_start{};   // the step that brought its first token
+    Clock::time_point finished_step_end{};  // the step that brought its final event
+    int tokens = 0;
+    bool finished = false;
+};
+
+// The test's own account of the run, next to the engine's.
+struct Run {
+    std::map<s::RequestId, Observed> requests;
+    int steps = 0;
+    double utilization_sum = 0;  // of the test's own per-step figure
+    double peak_usage = 0;
+    Clock::time_point first_step_end{};
+    std::int64_t tokens = 0;
+};
+
+// A request and the step before which the test submits it.
+struct Arrival {
+    GenerationRequest request;
+    int before_step = 0;
+};
+
+// Submits each request before its step and steps the engine to idle. `now` reads the clock the
+// engine uses; `advance` moves it (a manual clock) or does nothing (the steady clock): by
+// `callback_time` inside every token callback, and by a different amount after every step, so
+// that no two events the metrics distinguish share a timestamp.
+template <class E, class Now, class Advance>
+Run run_observed(E& engine, std::vector<Arrival> const& arrivals, Now now, Advance advance) {
+    Run run;
+    std::vector<s::RequestId> ended_this_step;
+    Clock::time_point step_start{};
+    auto const submit = [&](GenerationRequest const& request) {
+        Clock::time_point const submitted = now();
+        s::RequestId const id = engine.submit(request, [&](TokenEvent const& e) {
+            Observed& o = run.requests.at(e.id);
+            Clock::time_point const t = now();
+            if (e.token >= 0) {
+                if (o.tokens == 0) {
+                    o.first_token = t;
+                    o.first_step_start = step_start;
+                }
+                o.last_token = t;
+                ++o.tokens;
+                ++run.tokens;
+            }
+            if (e.finish) {
+                BOOST_TEST(!o.finished, "request " << e.id << " finished twice");
+                o.finished = true;
+                ended_this_step.push_back(e.id);
+            }
+            advance(microseconds(700 + 100 * static_cast<int>(static_cast<std::uint64_t>(e.id))));
+        });
+        run.requests[id] = {.prompt_length = static_cast<int>(request.prompt_tokens.size()),
+                            .submitted = submitted};
+    };
+    std::size_t next = 0;
+    bool working = true;
+    testing::step_until(
+        [&] { return !working && next == arrivals.size(); },
+        [&] {
+            for (; next < arrivals.size() && arrivals[next].before_step == run.steps; ++next)
+                submit(arrivals[next].request);
+            step_start = now();
+            ended_this_step.clear();
+            working = engine.step();
+            Clock::time_point const step_end = now();
+            if (run.steps == 0) run.first_step_end = step_end;
+            ++run.steps;
+            for (s::RequestId const id : ended_this_step)
+                run.requests.at(id).finished_step_end = step_end;
+            // KV held after the step, from the test's own token counts: a running request's
+            // cache holds its prompt and every token but the latest (which the next step runs).
+            std::int64_t live = 0, blocks = 0;
+            for (auto const& [id, o] : run.requests) {
+                if (o.tokens == 0 || o.finished) continue;
+                int const held = o.prompt_length + o.tokens - 1;
+                live += held;
+                blocks += (held + block_size - 1) / block_size;
+            }
+            BOOST_TEST(engine.cache().live_tokens() == live, "step " << run.steps);
+            BOOST_TEST(engine.cache().used_blocks() == blocks, "step " << run.steps);
+            run.utilization_sum +=
+                blocks == 0 ? 1.0
+                            : static_cast<double>(live) / static_cast<double>(blocks * block_size);
+            run.peak_usage = std::max(run.peak_usage,
+                                      static_cast<double>(blocks) / engine.cache().total_blocks());
+            advance(milliseconds(10 + 3 * run.steps));
+        },
+        200, "every request finishing");
+    for (auto const& [id, o] : run.requests) BOOST_TEST(o.finished, "request " << id);
+    return run;
+}
+
+std::vector<Arrival> three_arrivals() {
+    // Prompts that cross block boundaries as they grow (20 -> 25, 7 -> 15, 33 -> 37 tokens); the
+    // third arrives later, and waits for a running one to finish.
+    return {{greedy(prompt_of(1, 20), 6), 0},
+            {greedy(prompt_of(2, 7), 9), 0},
+            {greedy(prompt_of(3, 33), 5), 2}};
+}
+
+EngineOptions options(s::ClockSource clock = {}) {
+    return {.kv_budget_bytes = 64 * block_bytes,
+            .threads = 1,
+            .prefix_caching = false,  // blocks go back when a request ends: counted exactly
+            .clock = std::move(clock)};
+}
+
+s::RequestMetrics const& metrics_of(std::vector<s::RequestMetrics> const& done, s::RequestId id) {
+    auto const found = std::ranges::find(done, id, &s::RequestMetrics::id);
+    BOOST_REQUIRE_MESSAGE(found != done.end(), "no metrics for request " << id);
+    return *found;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(engine_metrics)
+
+// With the clock injected, every figure equals the one the test computes from its own clock
+// readings, to the nanosecond.
+BOOST_AUTO_TEST_CASE(metrics_equal_the_tests_own_measurements_under_a_manual_clock) {
+    ManualClock clock;
+    Engine<Model, Serving> engine(model_file(), options(clock.source()));
+    Run const run = run_observed(
+        engine, three_arrivals(), [&] { return clock.now; },
+        [&](Clock::duration d) { clock.now += d; });
+
+    auto const& done = engine.metrics().finished();
+    BOOST_REQUIRE_EQUAL(done.size(), run.requests.size());
+    Clock::time_point first_arrival = Clock::time_point::max();
+    for (auto const& [id, o] : run.requests) {
+        BOOST_TEST_CONTEXT("request " << id) {
+            s::RequestMetrics const& m = metrics_of(done, id);
+            BOOST_TEST(m.generated_tokens == o.tokens);
+            BOOST_TEST(m.prompt_tokens == o.prompt_length);
+            BOOST_TEST(m.finish_reason == "length");
+            // Submitted right before a step, with no time between: arrival is the submit time.
+            BOOST_TEST((m.arrival == o.submitted));
+            BOOST_TEST((m.first_token == o.first_token));
+            BOOST_TEST((m.first_scheduled == o.first_step_start));
+            BOOST_TEST((m.finished == o.finished_step_end));
+            BOOST_TEST(*m.ttft() == seconds(o.first_token - o.submitted));
+            BOOST_TEST(*m.tpot() == seconds(o.finished_step_end - o.first_token) / (o.tokens - 1));
+            BOOST_TEST(*m.end_to_end() == seconds(o.finished_step_end - o.submitted));
+            BOOST_TEST(*m.queue_time() == seconds(o.first_step_start - o.submitted));
+            first_arrival = std::min(first_arrival, o.submitted);
+        }
+    }
+    // The third request waited for a running one to finish.
+    BOOST_TEST(*metrics_of(done, s::RequestId{3}).queue_time() > 0);
+
+    clock.now += milliseconds(5);  // the summary reads the clock when asked
+    s::RunSummary const summary = engine.metrics().summary();
+    double const elapsed = seconds(clock.now - first_arrival);
+    BOOST_TEST(summary.seconds == elapsed);
+    BOOST_TEST(summary.generated_tokens == run.tokens);
+    BOOST_TEST(summary.finished_requests == 3);
+    BOOST_TEST(summary.tokens_per_second() == static_cast<double>(run.tokens) / elapsed);
+    BOOST_TEST(summary.requests_per_second() == 3 / elapsed);
+    BOOST_TEST(summary.steps == run.steps);
+    BOOST_TEST(summary.mean_kv_utilization == run.utilization_sum / run.steps);
+    BOOST_TEST(summary.peak_kv_usage == run.peak_usage);
+    BOOST_TEST(summary.preemptions == 0);
+}
+
+// On the steady clock: each figure lies within what the test's own readings before submit,
+// at each token and after each step allow, whatever the machine's load.
+BOOST_AUTO_TEST_CASE(metrics_lie_within_the_tests_own_clock_readings_on_the_steady_clock) {
+    Engine<Model, Serving> engine(model_file(), options());
+    Run const run = run_observed(
+        engine, three_arrivals(), [] { return Clock::now(); }, [](Clock::duration) {});
+
+    auto const& done = engine.metrics().finished();
+    BOOST_REQUIRE_EQUAL(done.size(), run.requests.size());
+    Clock::time_point first_submit = Clock::time_point::max();
+    for (auto const& [id, o] : run.requests) {
+        BOOST_TEST_CONTEXT("request " << id) {
+            s::RequestMetrics const& m = metrics_of(done, id);
+            BOOST_TEST(m.generated_tokens == o.tokens);
+            // Readings in the order they happen: submit <= arrival <= first scheduled <= first
+            // token <= its callback; last callback <= finished <= the end of its step.
+            BOOST_TEST((o.submitted <= m.arrival));
+            BOOST_TEST((m.arrival <= *m.first_scheduled));
+            BOOST_TEST((o.first_step_start <= *m.first_scheduled));
+            BOOST_TEST((*m.first_scheduled <= *m.first_token));
+            BOOST_TEST((*m.first_token <= o.first_token));
+            BOOST_TEST((o.last_token <= *m.finished));
+            BOOST_TEST((*m.finished <= o.finished_step_end));
+            BOOST_TEST(*m.ttft() >= 0);
+            BOOST_TEST(*m.ttft() <= seconds(o.first_token - o.submitted));
+            BOOST_TEST(*m.end_to_end() >= seconds(o.last_token - o.first_token));
+            BOOST_TEST(*m.end_to_end() <= seconds(o.finished_step_end - o.submitted));
+            BOOST_TEST(*m.end_to_end() >= *m.ttft());
+            double const decode_time = *m.tpot() * (o.tokens - 1);
+            BOOST_TEST(decode_time >= seconds(o.last_token - o.first_token) * (1 - 1e-12));
+            BOOST_TEST(decode_time <= seconds(o.finished_step_end - o.submitted) * (1 + 1e-12));
+            first_submit = std::min(first_submit, o.submitted);
+        }
+    }
+    Clock::time_point const before = Clock::now();
+    s::RunSummary const summary = engine.metrics().summary();
+    Clock::time_point const after = Clock::now();
+    // The run starts at the first arrival: after the first submit, before the first step ended.
+    BOOST_TEST(summary.seconds >= seconds(before - run.first_step_end));
+    BOOST_TEST(summary.seconds <= seconds(after - first_submit));
+    BOOST_TEST(summary.generated_tokens == run.tokens);
+    BOOST_TEST(summary.finished_requests == 3);
+    BOOST_TEST(summary.tokens_per_second() >= run.tokens / seconds(after - first_submit));
+    BOOST_TEST(summary.tokens_per_second() <= run.tokens / seconds(before - run.first_step_end));
+    BOOST_TEST(summary.requests_per_second() >= 3 / seconds(after - first_submit));
+    BOOST_TEST(summary.requests_per_second() <= 3 / seconds(before - run.first_step_end));
+    // KV figures do not depend on the clock: exact here too.
+    BOOST_TEST(summary.steps == run.steps);
+    BOOST_TEST(summary.mean_kv_utilization == run.utilization_sum / run.steps);
+    BOOST_TEST(summary.peak_kv_usage == run.peak_usage);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(engine_stops)
+
+// The file names as EOS a token that seeded sampling reaches at its k-th step (a random model's
+// greedy decoding soon cycles through two tokens; seeded draws depend on the seed and step only,
+// so the tokens before EOS are the same with and without it): the request stops there with
+// stop_token, EOS being its last token and contributing no text; with ignore_eos it goes on to
+// max_tokens and yields exactly the tokens of a file without EOS.
+BOOST_AUTO_TEST_CASE(a_request_stops_on_the_files_eos_token) {
+    constexpr int max_tokens = 16;
+    auto const request = [&](bool ignore_eos) {
+        GenerationRequest r = greedy(prompt_of(11, 9), max_tokens, ignore_eos);
+        r.sampling.temperature = 1;
+        r.sampling.seed = 5;
+        return r;
+    };
+    std::vector<std::int32_t> free_run;
+    {
+        Engine<Model, Serving> engine(model_file(), options());
+        Completion const c = engine.generate({request(true)}).front();
+        BOOST_TEST((c.finish == FinishReason::length));
+        free_run = c.tokens;
+    }
+    BOOST_REQUIRE_EQUAL(free_run.size(), static_cast<std::size_t>(max_tokens));
+    // EOS: the first token that does not occur before it, from the third on.
+    std::size_t k = 2;
+    auto const seen_before = [&](std::size_t i) {
+        auto const end = free_run.begin() + static_cast<std::ptrdiff_t>(i);
+        return std::find(free_run.begin(), end, free_run[i]) != end;
+    };
+    while (k < free_run.size() && seen_before(k)) ++k;
+    BOOST_REQUIRE_MESSAGE(k < free_run.size(), "sampling repeats its first two tokens");
+    std::int32_t const eos = free_run[k];
+    BOOST_TEST_MESSAGE("EOS = t" << eos << ", the sampled run's token " << k);
+
+    Engine<Model, Serving> engine(model_file(eos), options());
+    BOOST_TEST((engine.tokenizer().eos_id() == eos));
+    auto const results = engine.generate({request(false), request(true)});
+    Completion const& stopped = results[0];
+    BOOST_TEST((stopped.finish == FinishReason::stop_token));
+    std::vector<std::int32_t> const until_eos(
+        free_run.begin(), free_run.begin() + static_cast<std::ptrdiff_t>(k + 1));
+    BOOST_TEST(stopped.tokens == until_eos);
+    BOOST_TEST(stopped.text.find("t" + std::to_string(eos)) == std::string::npos);
+    Completion const& ignoring = results[1];
+    BOOST_TEST((ignoring.finish == FinishReason::length));
+    BOOST_TEST(ignoring.tokens == free_run);
+    BOOST_TEST(metrics_of(engine.metrics().finished(), stopped.id).finish_reason == "stop_token");
+    BOOST_TEST(engine.cache().live_sequences() == 0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(engine_swapping)
+
+// Four requests of 20 + 20 tokens (3 blocks each at the end) on a pool of 8 blocks: the latest
+// arrivals are swapped to the host pool and back. The engine's swap counters equal what the test
+// counts from the scheduler's swapped set after each step (blocks: what the request's cache held
+// when it left, from the test's own token counts), every swap-out comes back, and each request's
+// greedy tokens are those it gets on a pool with room for all.
+BOOST_AUTO_TEST_CASE(swap_preemption_moves_counted_blocks_out_and_back) {
+    std::vector<GenerationRequest> requests;
+    for (int i = 0; i < 4; ++i) requests.push_back(greedy(prompt_of(40 + i, 20), 20));
+    std::vector<std::vector<std::int32_t>> roomy;
+    {
+        Engine<Model, Swapping> engine(model_file(), options());
+        for (Completion const& c : engine.generate(requests)) roomy.push_back(c.tokens);
+        BOOST_TEST(engine.metrics().summary().preemptions == 0);
+    }
+
+    Engine<Model, Swapping> engine(
+        model_file(), {.kv_budget_bytes = 8 * block_bytes, .threads = 1, .prefix_caching = false});
+    std::map<s::RequestId, std::vector<std::int32_t>> tokens;
+    std::map<s::RequestId, int> prompt_length;
+    for (GenerationRequest const& r : requests) {
+        s::RequestId const id = engine.submit(r, [&](TokenEvent const& e) {
+            if (e.token >= 0) tokens[e.id].push_back(e.token);
+        });
+        prompt_length[id] = static_cast<int>(r.prompt_tokens.size());
+    }
+    int swap_outs = 0, swap_ins = 0;
+    std::int64_t blocks_out = 0, blocks_in = 0;
+    std::map<s::RequestId, int> blocks_on_host;
+    std::set<s::RequestId> was_swapped;
+    bool working = true;
+    testing::step_until(
+        [&] { return !working; },
+        [&] {
+            working = engine.step();
+            auto const swapped_now = engine.scheduler().swapped();
+            std::set<s::RequestId> const now(swapped_now.begin(), swapped_now.end());
+            for (s::RequestId const id : now) {
+                if (was_swapped.contains(id)) continue;
+                // Preempted before the step's pass, so its token count is what the cache held.
+                int const held = prompt_length[id] + static_cast<int>(tokens[id].size()) - 1;
+                blocks_on_host[id] = (held + block_size - 1) / block_size;
+                ++swap_outs;
+                blocks_out += blocks_on_host[id];
+            }
+            for (s::RequestId const id : was_swapped) {
+                if (now.contains(id)) continue;
+                ++swap_ins;
+                blocks_in += blocks_on_host.at(id);
+            }
+            was_swapped = now;
+        },
+        500, "every request finishing");
+
+    s::RunSummary const summary = engine.metrics().summary();
+    BOOST_TEST_MESSAGE("swap-outs " << summary.swap_outs << " (" << summary.swapped_out_blocks
+                                    << " blocks), swap-ins " << summary.swap_ins << " ("
+                                    << summary.swapped_in_blocks << " blocks)");
+    BOOST_TEST(swap_outs > 0);
+    BOOST_TEST(summary.swap_outs == swap_outs);
+    BOOST_TEST(summary.swap_ins == swap_ins);
+    BOOST_TEST(summary.swapped_out_blocks == blocks_out);
+    BOOST_TEST(summary.swapped_in_blocks == blocks_in);
+    BOOST_TEST(swap_ins == swap_outs);  // every request that left came back
+    BOOST_TEST(blocks_in == blocks_out);
+    BOOST_TEST(summary.preemptions == swap_outs);  // the host pool had room: no recompute
+    for (std::size_t i = 0; i < requests.size(); ++i)
+        BOOST_TEST(tokens[s::RequestId{i + 1}] == roomy[i], "request " << i + 1);
+    BOOST_TEST(engine.cache().live_sequences() == 0);
+    BOOST_TEST(engine.cache().used_blocks() == 0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
