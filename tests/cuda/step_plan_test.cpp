@@ -51,9 +51,13 @@ BOOST_AUTO_TEST_CASE(step_plan_lays_out_chunks_in_order) {
     // b's slot first gets 5 cached positions, so its decode has a prefix.
     std::vector<std::int32_t> const warm = {10, 11, 12, 13, 14};
     std::vector<tc::DeviceChunk> const first = {{2, 0, warm}};
-    tc::plan_step(first, tables, limits);
+    tc::commit_step(tc::plan_step(first, tables, limits), tables);
     std::vector<tc::DeviceChunk> const chunks = {{0, 0, a, true}, {2, 5, b}, {3, 0, c}};
     tc::StepPlan const plan = tc::plan_step(chunks, tables, limits);
+    // Planned, not yet run: nothing new is cached until commit_step.
+    BOOST_TEST(tables.length(0) == 0);
+    BOOST_TEST(tables.length(2) == 5);
+    BOOST_TEST(tables.length(3) == 0);
 
     BOOST_TEST(plan.chunks == 3);
     BOOST_TEST(plan.rows == 9);
@@ -94,6 +98,7 @@ BOOST_AUTO_TEST_CASE(step_plan_lays_out_chunks_in_order) {
             BOOST_TEST(got == expected);
         }
     }
+    tc::commit_step(plan, tables);
     BOOST_TEST(tables.length(0) == 6);
     BOOST_TEST(tables.length(2) == 6);
     BOOST_TEST(tables.length(3) == 2);
@@ -157,6 +162,16 @@ BOOST_AUTO_TEST_CASE(random_steps_keep_the_pool_consistent) {
             try {
                 tc::StepPlan const plan = tc::plan_step(chunk, tables, limits);
                 BOOST_TEST(plan.packed[plan.context_lengths] == first + n);
+                BOOST_TEST(tables.length(slot) == length, "planning changed the cached length");
+                // Some steps fail on the device: the slot then keeps only what precedes the
+                // chunk; the others commit.
+                if (rng() % 5 == 0) {
+                    tc::abandon_step(plan, tables);
+                    BOOST_TEST(tables.length(slot) == std::min(length, first));
+                } else {
+                    tc::commit_step(plan, tables);
+                    BOOST_TEST(tables.length(slot) == first + n);
+                }
             } catch (tinfer::RequestError const&) {
                 ++exhausted;
                 BOOST_TEST(tables.length(slot) == length, "a refused step changed the slot");
@@ -166,6 +181,32 @@ BOOST_AUTO_TEST_CASE(random_steps_keep_the_pool_consistent) {
         check_tables(tables);
     }
     BOOST_TEST(exhausted > 0, "the pool never ran out: the test did not cover that path");
+}
+
+// A step whose kernels fail marks nothing cached: a fresh chunk leaves its slot empty, a
+// rewinding one forgets from its first position on (it may have overwritten them), and a later
+// step can start again from what is left.
+BOOST_AUTO_TEST_CASE(a_failed_step_marks_no_position_cached) {
+    tc::DeviceBlockTables tables(2, 16, 4, 64);
+    std::vector<std::int32_t> const ten(10, 1), three = {1, 2, 3};
+    std::vector<tc::DeviceChunk> const prompt = {{0, 0, ten}};
+    tc::abandon_step(tc::plan_step(prompt, tables, limits), tables);
+    BOOST_TEST(tables.length(0) == 0);
+    tc::commit_step(tc::plan_step(prompt, tables, limits), tables);
+    BOOST_TEST(tables.length(0) == 10);
+
+    std::vector<tc::DeviceChunk> const rewind = {{0, 7, three}};  // positions 7, 8, 9 again
+    tc::abandon_step(tc::plan_step(rewind, tables, limits), tables);
+    BOOST_TEST(tables.length(0) == 7);
+    std::vector<tc::DeviceChunk> const append = {{0, 7, three}, {1, 0, three}};
+    tc::StepPlan const plan = tc::plan_step(append, tables, limits);
+    tc::abandon_step(plan, tables);
+    BOOST_TEST(tables.length(0) == 7);
+    BOOST_TEST(tables.length(1) == 0);
+    tc::commit_step(plan, tables);
+    BOOST_TEST(tables.length(0) == 10);
+    BOOST_TEST(tables.length(1) == 3);
+    check_tables(tables);
 }
 
 BOOST_AUTO_TEST_CASE(weight_layout_is_aligned_and_stores_tied_tensors_once) {

@@ -46,6 +46,7 @@
 #include <tinfer/kernels/cuda/check.cuh>
 #include <tinfer/kernels/cuda/device_buffer.cuh>
 #include <tinfer/kernels/cuda/embedding.cuh>
+#include <tinfer/kernels/cuda/kernel_status.cuh>
 #include <tinfer/kernels/cuda/kv_cache.cuh>
 #include <tinfer/kernels/cuda/linear.cuh>
 #include <tinfer/kernels/cuda/rmsnorm.cuh>
@@ -114,7 +115,7 @@ struct DeviceLlamaOptions {
 };
 
 // A CUDA stream, destroyed once. Created blocking (ordered after work on the legacy default
-// stream, where the buffers' synchronous copies and the sampler's setup run).
+// stream, where the buffers' synchronous copies and fills run).
 class CudaStream {
   public:
     CudaStream() { kernels::cuda::check(cudaStreamCreate(&stream_), "cudaStreamCreate"); }
@@ -129,9 +130,13 @@ class CudaStream {
     cudaStream_t stream_ = nullptr;
 };
 
-template <ModelConfig Cfg, int BlockSize = 16, class Codec = typename KvCodecOf<Cfg.kv>::type>
+// Codec encodes the cache's K vectors, ValueCodec its V vectors (the same unless chosen apart,
+// as kv::PagedKvCache allows).
+template <ModelConfig Cfg, int BlockSize = 16, class Codec = typename KvCodecOf<Cfg.kv>::type,
+          class ValueCodec = Codec>
 requires ModelShape<Cfg> && kernels::cuda::DeviceWeightType<Cfg.weights> &&
-    kernels::cuda::DeviceKvCodec<Codec, Cfg.head_dim>
+    kernels::cuda::DeviceKvCodec<Codec, Cfg.head_dim> &&
+    kernels::cuda::DeviceKvCodec<ValueCodec, Cfg.head_dim>
 class DeviceLlama {
     static_assert(BlockSize > 0, "DeviceLlama: BlockSize must be positive");
     static_assert(Cfg.arch == Architecture{} && Cfg.sliding_window == 0,
@@ -144,7 +149,7 @@ class DeviceLlama {
     static constexpr ModelConfig config = Cfg;
     static constexpr int block_size = BlockSize;
     // The pool's byte layout: kv::PagedKvCache's, for these constants.
-    using KvLayout = kv::PagedKvCache<Cfg, BlockSize, Codec>;
+    using KvLayout = kv::PagedKvCache<Cfg, BlockSize, Codec, ValueCodec>;
 
     // Uploads `weights` (host views, e.g. ModelWeights<Cfg>::bind(file)) and allocates every
     // buffer a step can need; the host weights may go away afterwards.
@@ -169,7 +174,7 @@ class DeviceLlama {
           decode_workspace_(kernels::cuda::decode_attention_workspace_floats<Codec, Cfg.head_dim,
                                                                              Cfg.group_size()>(
               options_.max_seqs, Cfg.kv_heads, options_.max_context)),
-          sampler_(options_.max_seqs, Cfg.vocab),
+          sampler_(options_.max_seqs, Cfg.vocab, stream_.get()),
           greedy_params_(std::vector<kernels::cuda::DeviceSamplingParams>(
               static_cast<std::size_t>(options_.max_seqs),
               kernels::cuda::DeviceSamplingParams{.temperature = 0})),
@@ -210,7 +215,10 @@ class DeviceLlama {
     // their K and V into the device cache. When not empty, `logits` receives
     // [logit_rows(chunks)][vocab] floats in chunk order, and `greedy` one token per chunk (the
     // lowest id of the largest logit; every chunk must then ask for its last row only). Returns
-    // after the results are on the host.
+    // after the results are on the host. The chunks' positions count as cached only once the
+    // step has succeeded: a step that throws leaves each slot with what it had before the
+    // chunk's first position. A greedy row of NaN / +inf logits, or of all -inf, throws what the
+    // host sampler throws for it.
     void forward(std::span<DeviceChunk const> chunks, std::span<float> logits,
                  std::span<std::int32_t> greedy = {}) {
         std::size_t const out_rows = logit_rows(chunks);
@@ -225,8 +233,26 @@ class DeviceLlama {
                                    " tokens for " + std::to_string(chunks.size()) + " chunks");
         }
         StepPlan const plan = plan_step(chunks, tables_, limits());
-        run(plan);
+        try {
+            run_and_collect(plan, logits, greedy);
+        } catch (...) {
+            abandon_step(plan, tables_);
+            throw;
+        }
+        commit_step(plan, tables_);
+        if (!greedy.empty())
+            kernels::cuda::check_sampled_tokens(
+                greedy.first(static_cast<std::size_t>(plan.chunks)));
+    }
+
+  private:
+    // The step's kernels and copies, then the wait for them; throws for any failure, a launch's,
+    // the stream's, or a refusal the kernels reported in status_.
+    void run_and_collect(StepPlan const& plan, std::span<float> logits,
+                         std::span<std::int32_t> greedy) {
         cudaStream_t const stream = stream_.get();
+        status_.reset(stream);
+        run(plan);
         if (!logits.empty())
             kernels::cuda::check(cudaMemcpyAsync(logits.data(), logits_.data(),
                                                  static_cast<std::size_t>(plan.logit_rows) *
@@ -243,9 +269,9 @@ class DeviceLlama {
                 "cudaMemcpyAsync greedy tokens to host");
         }
         kernels::cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize after step");
+        status_.throw_if_failed(stream);
     }
 
-  private:
     static DeviceLlamaOptions resolved(DeviceLlamaOptions o) {
         if (o.max_logit_rows == 0) o.max_logit_rows = o.max_seqs;
         if (o.max_context == 0) o.max_context = Cfg.max_context;
@@ -311,6 +337,7 @@ class DeviceLlama {
             .kv_heads = Cfg.kv_heads,
             .max_context_length = plan.max_context,
             .workspace = decode_workspace_.data(),
+            .status = status_.get(),
         };
         k::PrefillAttentionArguments const prefill{
             .queries = q_.data(),
@@ -320,6 +347,7 @@ class DeviceLlama {
             .seqs = plan.chunks,
             .kv_heads = Cfg.kv_heads,
             .max_queries = plan.max_queries,
+            .status = status_.get(),
         };
 
         constexpr DType W = Cfg.weights;
@@ -334,13 +362,13 @@ class DeviceLlama {
 
             k::PagedKvLayer const kv_layer = k::paged_kv_layer<KvLayout>(
                 kv_pool_.data(), layer, ints + plan.block_tables, plan.table_stride);
-            k::kv_append<Codec, Cfg.head_dim>(kv_layer, Cfg.kv_heads, k_.data(), v_.data(),
-                                              ints + plan.row_chunks, ints + plan.positions, rows,
-                                              stream);
+            k::kv_append<Codec, Cfg.head_dim, ValueCodec>(kv_layer, Cfg.kv_heads, k_.data(),
+                                                          v_.data(), ints + plan.row_chunks,
+                                                          ints + plan.positions, rows, stream);
             if (plan.decode_only)
-                k::decode_attention<Cfg, Codec>(kv_layer, decode, stream);
+                k::decode_attention<Cfg, Codec, ValueCodec>(kv_layer, decode, stream);
             else
-                k::prefill_attention<Cfg, Codec>(kv_layer, prefill, stream);
+                k::prefill_attention<Cfg, Codec, ValueCodec>(kv_layer, prefill, stream);
             k::linear<W, Cfg.q_width()>(matrix(w.output), attended_.data(), rows, projected_.data(),
                                         stream);
             k::add_in_place(hidden_.data(), projected_.data(), row_count * Cfg.hidden, stream);
@@ -379,6 +407,7 @@ class DeviceLlama {
     kernels::cuda::SamplingWorkspace sampler_;
     kernels::cuda::DeviceBuffer<kernels::cuda::DeviceSamplingParams> greedy_params_;
     kernels::cuda::DeviceBuffer<std::int32_t> greedy_tokens_;
+    kernels::cuda::DeviceStatus status_;  // what the attention kernels refused, per step
 };
 
 }  // namespace tinfer::cuda

@@ -124,6 +124,15 @@ struct StepPlan {
     int table_stride = 0;      // block ids per chunk in block_tables
     bool decode_only = false;  // every chunk one token: the decode attention kernel applies
 
+    // Each chunk's slot and the positions it writes, [first_position, end): what commit_step
+    // marks cached once the step's kernels have run, and abandon_step forgets if they failed.
+    struct SlotWrite {
+        int slot;
+        int first_position;
+        int end;
+    };
+    std::vector<SlotWrite> writes;
+
     // Offsets into `packed`, in ints.
     std::size_t tokens = 0;           // [rows] token ids
     std::size_t positions = 0;        // [rows] RoPE position = cache position
@@ -150,9 +159,11 @@ inline std::size_t allocate(std::vector<std::int32_t>& packed, std::size_t count
 }  // namespace step_detail
 
 // Checks the chunks (RequestError naming the chunk, or the pool running dry; either leaves
-// `tables` as it was), reserves their blocks in `tables`, records the slots' new lengths, and
-// lays the step out. A chunk may not leave a gap after its slot's
-// cached positions, and a slot appears at most once per step.
+// `tables` as it was), reserves their blocks in `tables`, and lays the step out. The slots'
+// cached lengths do not change here: the step's K and V are not written until its kernels run,
+// so the caller marks them cached with commit_step after the step succeeded (or calls
+// abandon_step after it failed). A chunk may not leave a gap after its slot's cached positions,
+// and a slot appears at most once per step.
 inline StepPlan plan_step(std::span<DeviceChunk const> chunks, DeviceBlockTables& tables,
                           StepLimits const& limits) {
     if (chunks.empty()) throw RequestError("a device step needs at least one chunk");
@@ -218,11 +229,11 @@ inline StepPlan plan_step(std::span<DeviceChunk const> chunks, DeviceBlockTables
                            " new KV blocks, the device cache has " +
                            std::to_string(tables.free_blocks()) + " free");
 
-    // Everything checked: now the slots' blocks and lengths change.
+    // Everything checked: now the slots' blocks change (their lengths wait for commit_step).
     for (DeviceChunk const& chunk : chunks) {
         int const end = chunk.first_position + static_cast<int>(chunk.tokens.size());
         tables.reserve(chunk.slot, end);
-        tables.set_length(chunk.slot, end);
+        plan.writes.push_back({chunk.slot, chunk.first_position, end});
     }
 
     auto& packed = plan.packed;
@@ -258,6 +269,20 @@ inline StepPlan plan_step(std::span<DeviceChunk const> chunks, DeviceBlockTables
     }
     packed[plan.query_starts + n_chunks] = static_cast<std::int32_t>(row);
     return plan;
+}
+
+// The step's kernels completed: each chunk's positions are cached, up to its end.
+inline void commit_step(StepPlan const& plan, DeviceBlockTables& tables) {
+    for (StepPlan::SlotWrite const& write : plan.writes) tables.set_length(write.slot, write.end);
+}
+
+// The step failed somewhere between its first launch and the results: any of its positions may
+// be unwritten or half written, so each slot keeps only what was cached before the chunk's
+// first position (a rewinding chunk thus also forgets the positions it may have overwritten).
+// Its reserved blocks stay with the slot until release.
+inline void abandon_step(StepPlan const& plan, DeviceBlockTables& tables) {
+    for (StepPlan::SlotWrite const& write : plan.writes)
+        tables.set_length(write.slot, std::min(tables.length(write.slot), write.first_position));
 }
 
 }  // namespace tinfer::cuda
