@@ -1,7 +1,13 @@
 // The KV transfer header's wire format, on one process: round trips, and every corruption the
-// receiver must notice. The cross-process transfer is mpi_kv_transfer_test.
+// receiver must notice; and, over a stand-in device communicator, that the header travels as
+// host bytes while only the payload goes through device send/recv. The cross-process transfer
+// is mpi_kv_transfer_test (and, on two GPUs, cuda_nccl_communicator_test).
 #include <boost/test/unit_test.hpp>
+#include <cstring>
+#include <deque>
 #include <limits>
+#include <stdexcept>
+#include <vector>
 
 #include <tinfer/dist/kv_transfer.hpp>
 
@@ -11,6 +17,55 @@ using namespace tinfer;
 using namespace tinfer::dist;
 
 namespace {
+
+// A device communicator (Backend Cuda) on one process, as NcclCommunicator behaves: send and
+// recv accept only "device memory" (spans inside buffers the test registered as such) and are
+// queued; host bytes go through send_host_bytes / recv_host_bytes.
+struct StandInDeviceCommunicator {
+    using Backend = Cuda;
+    std::vector<std::span<std::byte const>> device_memory;
+    std::deque<std::vector<std::byte>> device_messages, host_messages;
+
+    bool on_device(std::span<std::byte const> bytes) const {
+        for (auto const region : device_memory)
+            if (bytes.data() >= region.data() &&
+                bytes.data() + bytes.size() <= region.data() + region.size())
+                return true;
+        return false;
+    }
+    static std::vector<std::byte> take(std::deque<std::vector<std::byte>>& queue,
+                                       std::size_t bytes) {
+        if (queue.empty() || queue.front().size() != bytes)
+            throw std::logic_error("no message of that size");
+        auto message = std::move(queue.front());
+        queue.pop_front();
+        return message;
+    }
+
+    int rank() const { return 0; }
+    int size() const { return 2; }
+    void all_reduce_sum(std::span<float>) {}
+    void all_gather(std::span<float const>, std::span<float>) {}
+    void barrier() {}
+    void send(std::span<std::byte const> bytes, int, int) {
+        if (!on_device(bytes)) throw std::logic_error("host memory handed to a device send");
+        device_messages.emplace_back(bytes.begin(), bytes.end());
+    }
+    void recv(std::span<std::byte> bytes, int, int) {
+        if (!on_device(bytes)) throw std::logic_error("host memory handed to a device recv");
+        auto const message = take(device_messages, bytes.size());
+        std::memcpy(bytes.data(), message.data(), bytes.size());
+    }
+    void send_host_bytes(std::span<std::byte const> bytes, int, int) {
+        host_messages.emplace_back(bytes.begin(), bytes.end());
+    }
+    void recv_host_bytes(std::span<std::byte> bytes, int, int) {
+        auto const message = take(host_messages, bytes.size());
+        std::memcpy(bytes.data(), message.data(), bytes.size());
+    }
+};
+static_assert(Communicator<StandInDeviceCommunicator> &&
+              HostBytesChannel<StandInDeviceCommunicator>);
 
 KvTransferHeader random_header(std::mt19937_64& rng) {
     std::uniform_int_distribution<std::uint32_t> small(1, 4096);
@@ -109,6 +164,33 @@ BOOST_AUTO_TEST_CASE(codec_ids_tell_codecs_apart) {
     static_assert(codec_id("fp16") == codec_id("fp16"));
     // FNV-1a's published test vector: "a" hashes to 0xe40c292c.
     static_assert(codec_id("a") == 0xe40c292cu);
+}
+
+// On a device communicator the header (host data) never reaches send/recv, which take device
+// memory; the payload does, and arrives whole.
+BOOST_AUTO_TEST_CASE(a_device_communicator_gets_the_header_as_host_bytes) {
+    auto rng = testing::seeded_rng(3002);
+    KvTransferHeader h = random_header(rng);
+    h.tokens = 37;
+    h.block_size = 16;
+    h.layers = 2;
+    h.kv_heads = 2;
+    h.key_vector_bytes = 128;
+    h.value_vector_bytes = 256;
+    std::vector<std::byte> sent(h.payload_bytes()), received(h.payload_bytes());
+    for (auto& b : sent) b = std::byte(rng() & 0xff);
+    StandInDeviceCommunicator comm;
+    comm.device_memory = {sent, received};
+
+    send_kv(comm, h, sent, 1, 5);
+    BOOST_TEST(comm.host_messages.size() == 1u);
+    BOOST_TEST(comm.device_messages.size() == 1u);
+    KvTransferHeader const got = recv_kv_header(comm, 0, 5);
+    BOOST_TEST((got == h));
+    recv_kv_payload(comm, got, received, 0, 5);
+    BOOST_TEST((received == sent));
+    BOOST_TEST(comm.host_messages.empty());
+    BOOST_TEST(comm.device_messages.empty());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,7 +1,10 @@
 // NcclCommunicator on every GPU of this machine, one thread per GPU (NCCL refuses two ranks on
 // one device, and one thread driving several communicators would need group calls). Results
-// are compared with sums computed on the host. Exits 77 (skipped) without a GPU; with one GPU
-// the collectives run over a single rank and point-to-point is skipped (it needs a peer).
+// are compared with sums computed on the host. Exits 77 (skipped) on a machine without a GPU,
+// and fails where the machine shows one CUDA cannot use. On any number of GPUs: exchange() with
+// the rank itself (a self send and receive, which deadlock unless grouped); with two or more: a
+// ring through exchange() with no group of the caller's, and a KV transfer (dist/kv_transfer.hpp)
+// from rank 0 to rank 1 whose header crosses as host bytes and whose payload is device memory.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -14,7 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include <tinfer/dist/kv_transfer.hpp>
 #include <tinfer/dist/nccl_communicator.cuh>
+#include <tinfer/kernels/cuda/check.cuh>
 
 using namespace tinfer;
 using namespace tinfer::dist;
@@ -124,6 +129,80 @@ void run_rank(ncclUniqueId const& id, int rank, int ranks) {
             cudaFree(outgoing);
             cudaFree(incoming);
         }
+        {
+            // exchange() with itself: a send and a receive that only a shared group completes.
+            std::size_t const bytes = 4099;
+            std::vector<std::byte> mine_bytes(bytes);
+            for (std::size_t i = 0; i < bytes; ++i) mine_bytes[i] = std::byte(i * 13 + rank);
+            std::byte* outgoing = device_copy(mine_bytes);
+            std::byte* incoming = nullptr;
+            nccl_detail::check(cudaMalloc(&incoming, bytes), "cudaMalloc");
+            comm.exchange(std::span<std::byte const>(outgoing, bytes), rank,
+                          std::span(incoming, bytes), rank, 0);
+            comm.synchronize();
+            expect(host_copy(incoming, bytes) == mine_bytes, rank, "exchange with itself");
+
+            cudaFree(outgoing);
+            cudaFree(incoming);
+        }
+        if (ranks >= 2) {
+            // A ring through exchange(), no group of the caller's: no deadlock, right bytes.
+            std::size_t const bytes = 65537;
+            std::vector<std::byte> outgoing_host(bytes);
+            for (std::size_t i = 0; i < bytes; ++i) outgoing_host[i] = std::byte(i * 3 + rank);
+            std::byte* outgoing = device_copy(outgoing_host);
+            std::byte* incoming = nullptr;
+            nccl_detail::check(cudaMalloc(&incoming, bytes), "cudaMalloc");
+            int const next = (rank + 1) % ranks, previous = (rank + ranks - 1) % ranks;
+            comm.exchange(std::span<std::byte const>(outgoing, bytes), next,
+                          std::span(incoming, bytes), previous, 0);
+            comm.synchronize();
+            auto const received = host_copy(incoming, bytes);
+            bool ring_ok = true;
+            for (std::size_t i = 0; i < bytes; ++i)
+                ring_ok &= received[i] == std::byte(i * 3 + previous);
+            expect(ring_ok, rank, "ring through exchange() without a caller's group");
+            cudaFree(outgoing);
+            cudaFree(incoming);
+
+            // A KV transfer, rank 0 to rank 1: the header as host bytes (a host pointer handed
+            // to ncclSend, or a header read before its receive completed, fails here), the
+            // payload in device memory.
+            KvTransferHeader header;
+            header.request_id = 0x1234'5678'9abc'def0;
+            header.tokens = 37;
+            header.block_size = 16;
+            header.layers = 2;
+            header.kv_heads = 2;
+            header.head_dim = 64;
+            header.key_codec = codec_id("bf16");
+            header.value_codec = codec_id("fp32");
+            header.key_vector_bytes = 128;
+            header.value_vector_bytes = 256;
+            header.first_token = 4242;
+            std::size_t const payload_bytes = header.payload_bytes();
+            std::vector<std::byte> payload_host(payload_bytes);
+            for (std::size_t i = 0; i < payload_bytes; ++i)
+                payload_host[i] = std::byte((i * 131) >> 3);
+            if (rank == 0) {
+                std::byte* payload = device_copy(payload_host);
+                send_kv(comm, header, std::span<std::byte const>(payload, payload_bytes), 1, 7);
+                comm.synchronize();
+                cudaFree(payload);
+            } else if (rank == 1) {
+                KvTransferHeader const received_header = recv_kv_header(comm, 0, 7);
+                expect(received_header == header, rank, "KV transfer header arrives whole");
+                std::byte* payload = nullptr;
+                nccl_detail::check(cudaMalloc(&payload, received_header.payload_bytes()),
+                                   "cudaMalloc");
+                recv_kv_payload(comm, received_header,
+                                std::span(payload, received_header.payload_bytes()), 0, 7);
+                comm.synchronize();
+                expect(host_copy(payload, payload_bytes) == payload_host, rank,
+                       "KV transfer payload (device memory) bitwise");
+                cudaFree(payload);
+            }
+        }
         comm.barrier();
         cudaFree(data);
         cudaFree(mine);
@@ -136,9 +215,16 @@ void run_rank(ncclUniqueId const& id, int rank, int ranks) {
 
 int main() {
     static_assert(Communicator<NcclCommunicator>);
+    // No GPU on this machine: skipped; a GPU CUDA cannot use: a failure, never a skip.
     int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-        std::printf("no CUDA device: skipped\n");
+    try {
+        devices = kernels::cuda::device_count();
+    } catch (std::exception const& error) {
+        std::printf("FAILED: %s\n", error.what());
+        return 1;
+    }
+    if (devices == 0) {
+        std::printf("no CUDA device (no GPU on this machine): skipped\n");
         return skipped_exit_code;
     }
     std::printf("%d GPU(s): one NCCL rank each\n", devices);

@@ -11,13 +11,24 @@
 //
 // The header is encoded field by field, little-endian, so both sides agree whatever their
 // compilers' struct padding.
+//
+// The header is host data whatever the communicator. A device communicator (Backend Cuda, e.g.
+// NcclCommunicator) takes device memory in send/recv and completes them asynchronously on its
+// stream, so handing it the header's host array would give NCCL a host pointer, and reading the
+// header right after recv would read it before it arrived. Such a communicator moves the header
+// through its host-bytes channel instead (send_host_bytes / recv_host_bytes: host memory,
+// recv_host_bytes complete on return); only the payload, device memory, goes through send/recv.
+// On a device communicator the payload is complete for later work on its stream (or for the
+// host after its synchronize()).
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
 
+#include <tinfer/core/backend.hpp>
 #include <tinfer/core/error.hpp>
 #include <tinfer/dist/communicator.hpp>
 
@@ -159,8 +170,51 @@ inline KvTransferHeader deserialize_kv_header(std::span<std::byte const> bytes) 
     return h;
 }
 
+// A communicator's way to move host bytes when its spans are device memory: send_host_bytes
+// takes host memory (free to reuse on return), recv_host_bytes fills host memory and returns
+// once the bytes are there. Same ordering as send/recv on the (peer, tag).
+template <class C>
+concept HostBytesChannel = requires(C& comm, std::span<std::byte const> outgoing,
+                                    std::span<std::byte> incoming, int peer, int tag) {
+    comm.send_host_bytes(outgoing, peer, tag);
+    comm.recv_host_bytes(incoming, peer, tag);
+};
+
+namespace transfer_detail {
+
+template <class C>
+inline constexpr bool spans_are_device_memory = std::same_as<typename C::Backend, Cuda>;
+
+template <Communicator C>
+void send_host(C& comm, std::span<std::byte const> bytes, int to, int tag) {
+    if constexpr (spans_are_device_memory<C>) {
+        static_assert(HostBytesChannel<C>,
+                      "send_kv: a device communicator (Backend Cuda) needs send_host_bytes / "
+                      "recv_host_bytes for the header: its send() takes device memory");
+        comm.send_host_bytes(bytes, to, tag);
+    } else {
+        comm.send(bytes, to, tag);
+    }
+}
+
+template <Communicator C>
+void recv_host(C& comm, std::span<std::byte> bytes, int from, int tag) {
+    if constexpr (spans_are_device_memory<C>) {
+        static_assert(HostBytesChannel<C>,
+                      "recv_kv_header: a device communicator (Backend Cuda) needs "
+                      "send_host_bytes / recv_host_bytes for the header: its recv() fills device "
+                      "memory, asynchronously");
+        comm.recv_host_bytes(bytes, from, tag);
+    } else {
+        comm.recv(bytes, from, tag);
+    }
+}
+
+}  // namespace transfer_detail
+
 // Sender: header, then payload, to one peer on one tag (messages between a pair on a tag
-// arrive in order).
+// arrive in order). The payload is in the communicator's memory (device memory for a device
+// communicator); the header travels as host bytes (see the top of this file).
 template <Communicator C>
 void send_kv(C& comm, KvTransferHeader const& header, std::span<std::byte const> payload, int to,
              int tag) {
@@ -170,19 +224,21 @@ void send_kv(C& comm, KvTransferHeader const& header, std::span<std::byte const>
                               std::to_string(header.payload_bytes()));
     }
     auto const encoded = serialize(header);
-    comm.send(encoded, to, tag);
+    transfer_detail::send_host(comm, encoded, to, tag);
     comm.send(payload, to, tag);
 }
 
-// Receiver, first half: the header says how much memory (how many blocks) to allocate.
+// Receiver, first half: the header says how much memory (how many blocks) to allocate. It has
+// arrived when this returns, on every communicator.
 template <Communicator C>
 KvTransferHeader recv_kv_header(C& comm, int from, int tag) {
     std::array<std::byte, kv_transfer_header_bytes> encoded;
-    comm.recv(encoded, from, tag);
+    transfer_detail::recv_host(comm, encoded, from, tag);
     return deserialize_kv_header(encoded);
 }
 
-// Receiver, second half: the payload, into memory sized from the header.
+// Receiver, second half: the payload, into memory sized from the header (the communicator's
+// memory; on a device communicator complete for later work on its stream).
 template <Communicator C>
 void recv_kv_payload(C& comm, KvTransferHeader const& header, std::span<std::byte> payload,
                      int from, int tag) {

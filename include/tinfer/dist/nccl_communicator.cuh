@@ -8,6 +8,16 @@
 // they are issued. A caller that keeps one (peer, tag) conversation per communicator, as the
 // KV transfer does, gets the same behaviour as from MpiCommunicator; the tag is accepted for
 // the Communicator concept and otherwise unused.
+//
+// Groups. Every send and recv is issued inside an NCCL group (ncclGroupStart/End; nested in a
+// caller's group, it joins that one). Point-to-point operations that depend on each other must
+// share one group or they deadlock: a rank that sends to and receives from the same peers (a
+// ring, a swap, or itself) uses exchange(), or group() around its calls.
+//
+// Host bytes. send/recv take device memory; send_host_bytes / recv_host_bytes move host bytes
+// (the KV transfer's header, dist/kv_transfer.hpp) through device staging memory: the send
+// returns at once (the bytes are staged before it returns), the receive once the bytes are on
+// the host.
 #include <concepts>
 #include <cstddef>
 #include <span>
@@ -113,14 +123,84 @@ class NcclCommunicator {
             "ncclAllGather");
     }
 
+    // Runs `body` (NCCL calls) as one NCCL group: its point-to-point operations progress
+    // together, so a send and a receive that depend on each other cannot deadlock.
+    template <class Body>
+    static void group(Body&& body) {
+        nccl_detail::check(ncclGroupStart(), "ncclGroupStart");
+        try {
+            body();
+        } catch (...) {
+            (void)ncclGroupEnd();  // already failing: the first error is the one reported
+            throw;
+        }
+        nccl_detail::check(ncclGroupEnd(), "ncclGroupEnd");
+    }
+
     void send(std::span<std::byte const> bytes, int to, int /*tag: see above*/) {
-        nccl_detail::check(ncclSend(bytes.data(), bytes.size(), ncclUint8, to, comm_, stream_),
-                           "ncclSend");
+        group([&] {
+            nccl_detail::check(ncclSend(bytes.data(), bytes.size(), ncclUint8, to, comm_, stream_),
+                               "ncclSend");
+        });
     }
 
     void recv(std::span<std::byte> bytes, int from, int /*tag: see above*/) {
-        nccl_detail::check(ncclRecv(bytes.data(), bytes.size(), ncclUint8, from, comm_, stream_),
-                           "ncclRecv");
+        group([&] {
+            nccl_detail::check(
+                ncclRecv(bytes.data(), bytes.size(), ncclUint8, from, comm_, stream_), "ncclRecv");
+        });
+    }
+
+    // Sends `outgoing` to `to` and receives `incoming` from `from` in one group: safe in a ring,
+    // a pairwise swap, or with this rank itself (NCCL requires a self send and receive to share
+    // a group).
+    void exchange(std::span<std::byte const> outgoing, int to, std::span<std::byte> incoming,
+                  int from, int /*tag: see above*/) {
+        group([&] {
+            nccl_detail::check(
+                ncclSend(outgoing.data(), outgoing.size(), ncclUint8, to, comm_, stream_),
+                "ncclSend");
+            nccl_detail::check(
+                ncclRecv(incoming.data(), incoming.size(), ncclUint8, from, comm_, stream_),
+                "ncclRecv");
+        });
+    }
+
+    // Host bytes to a peer: staged in stream-ordered device memory (freed once the send has
+    // run), so `bytes` may be reused as soon as this returns.
+    void send_host_bytes(std::span<std::byte const> bytes, int to, int tag) {
+        if (bytes.empty()) return send(bytes, to, tag);
+        void* staging = nullptr;
+        nccl_detail::check(cudaMallocAsync(&staging, bytes.size(), stream_), "cudaMallocAsync");
+        // From pageable memory, cudaMemcpyAsync copies the bytes out before it returns.
+        nccl_detail::check(
+            cudaMemcpyAsync(staging, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream_),
+            "cudaMemcpyAsync host bytes to device");
+        try {
+            send({static_cast<std::byte const*>(staging), bytes.size()}, to, tag);
+        } catch (...) {
+            (void)cudaFreeAsync(staging, stream_);
+            throw;
+        }
+        nccl_detail::check(cudaFreeAsync(staging, stream_), "cudaFreeAsync");
+    }
+
+    // Host bytes from a peer: returns once they are in `bytes` (waits for this stream).
+    void recv_host_bytes(std::span<std::byte> bytes, int from, int tag) {
+        if (bytes.empty()) return recv(bytes, from, tag);
+        void* staging = nullptr;
+        nccl_detail::check(cudaMallocAsync(&staging, bytes.size(), stream_), "cudaMallocAsync");
+        try {
+            recv({static_cast<std::byte*>(staging), bytes.size()}, from, tag);
+            nccl_detail::check(cudaMemcpyAsync(bytes.data(), staging, bytes.size(),
+                                               cudaMemcpyDeviceToHost, stream_),
+                               "cudaMemcpyAsync device to host bytes");
+        } catch (...) {
+            (void)cudaFreeAsync(staging, stream_);
+            throw;
+        }
+        nccl_detail::check(cudaFreeAsync(staging, stream_), "cudaFreeAsync");
+        synchronize();
     }
 
     // NCCL has no barrier; an all-reduce of one word cannot finish on any rank before every
