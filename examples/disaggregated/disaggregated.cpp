@@ -67,13 +67,11 @@ int run(tinfer::gguf::File const& file, Options const& options,
         std::vector<tok::ChatMessage> const messages{{"user", options.prompt}};
         text = tok::chat_template_from_gguf(file).render(messages, /*add_generation_prompt=*/true);
     }
-    dist::GenerationRequest request{.id = 0,
-                                    .prompt = tokenizer.encode_prompt(text),
-                                    .sampling = options.sampling,
-                                    .max_new_tokens = options.max_tokens};
-    auto const ends = tokenizer.end_of_generation();
-    request.stop_token_ids.assign(ends.begin(), ends.end());
-    dist::validate<Cfg>(request);
+    constexpr std::uint64_t request_id = 0;
+    GenerationRequest const request{.prompt_tokens = tokenizer.encode_prompt(text),
+                                    .max_tokens = options.max_tokens,
+                                    .sampling = options.sampling};
+    dist::validate_routed(request_id, request, dist::worker_limits<Cfg, Cache>(0));
 
     auto const model = Model::bind(file);
     int const threads =
@@ -84,31 +82,35 @@ int run(tinfer::gguf::File const& file, Options const& options,
     };
 
     if (comm.rank() == prefill_rank) {
-        Cache cache(cache_bytes(static_cast<int>(request.prompt.size())));
+        Cache cache(cache_bytes(static_cast<int>(request.prompt_tokens.size())));
         dist::PrefillWorker prefill(model, cache, comm,
                                     {.decode_rank = decode_rank,
                                      .chunk_tokens = options.prefill_chunk,
                                      .threads = threads});
-        dist::PrefillReport const report = prefill.serve(request);
+        dist::PrefillReport const report = prefill.serve(request_id, request);
         std::array<double, 2> const timings{report.prefill_seconds, report.transfer_seconds};
         comm.send(std::as_bytes(std::span(timings)), decode_rank, timings_tag);
         return 0;
     }
 
     Cache cache(cache_bytes(dist::kv_positions_of(request)));
+    auto const ends = tokenizer.end_of_generation();
     dist::DecodeWorker decode(model, cache, comm,
-                              {.prefill_rank = prefill_rank, .max_batch = 1, .threads = threads});
-    decode.expect(request);
-    std::vector<dist::Completion> const done = decode.run_until_idle();
+                              {.prefill_rank = prefill_rank,
+                               .max_batch = 1,
+                               .threads = threads,
+                               .end_of_generation = {ends.begin(), ends.end()}});
+    decode.expect(request_id, request);
+    std::vector<Completion> const done = decode.run_until_idle();
     std::array<double, 2> prefill_timings{};
     comm.recv(std::as_writable_bytes(std::span(prefill_timings)), prefill_rank, timings_tag);
-    dist::Completion const& completion = done.front();
+    Completion const& completion = done.front();
 
     OutputStream output(tokenizer, {.max_new_tokens = options.max_tokens});
     for (std::int32_t const token : completion.tokens) std::cout << output.accept(token).text;
     std::cout << std::endl;
 
-    auto const prompt_tokens = static_cast<int>(request.prompt.size());
+    auto const prompt_tokens = static_cast<int>(request.prompt_tokens.size());
     double const formula_bytes = Cfg.kv_bytes(prompt_tokens);
     dist::DecodeStats const& stats = decode.stats();
     std::fprintf(
@@ -120,10 +122,11 @@ int run(tinfer::gguf::File const& file, Options const& options,
         "[disaggregated] decode (rank %d): %lld tokens in %.1f ms, %.1f tokens/s\n",
         prompt_tokens, completion.tokens.size(), std::string(name_of(completion.finish)).c_str(),
         threads, prefill_rank, prefill_timings[0] * 1e3, prompt_tokens / prefill_timings[0],
-        completion.bytes_received, Cache::blocks_for(prompt_tokens), block_size,
+        completion.handoff.bytes_received, Cache::blocks_for(prompt_tokens), block_size,
         dist::kv_transfer_header_bytes, Cfg.kv_bytes_per_token(), formula_bytes,
-        completion.transfer_seconds * 1e3,
-        static_cast<double>(completion.bytes_received) / completion.transfer_seconds / 1e9,
+        completion.handoff.transfer_seconds * 1e3,
+        static_cast<double>(completion.handoff.bytes_received) /
+            completion.handoff.transfer_seconds / 1e9,
         prefill_timings[1] * 1e3, decode_rank, static_cast<long long>(stats.decoded_rows),
         stats.forward_seconds * 1e3,
         stats.forward_seconds > 0 ? static_cast<double>(stats.decoded_rows) / stats.forward_seconds

@@ -113,31 +113,39 @@ std::vector<float> kv_of(Cache const& cache, int seq, int tokens) {
 
 // Colocated serving, written here without the workers: one request alone in a cache of the
 // same type, the whole prompt in one forward call, then one token per step.
-Expected generate_colocated(Model const& model, GenerationRequest const& request) {
+// A request as the router hands it to both workers: its id and the library's request.
+struct Routed {
+    std::uint64_t id;
+    GenerationRequest request;
+};
+
+Expected generate_colocated(Model const& model, Routed const& routed) {
+    GenerationRequest const& request = routed.request;
+    std::vector<std::int32_t> const& prompt = request.prompt_tokens;
     Cache cache(static_cast<std::size_t>(Cache::blocks_for(kv_positions_of(request))) *
                 Cache::bytes_per_block);
-    int const n = static_cast<int>(request.prompt.size());
+    int const n = static_cast<int>(prompt.size());
     int const seq = cache.admit(kv_positions_of(request));
     Model::Workspace workspace(n, threads_per_rank);
     kernels::SamplingWorkspace sampling(smollm2.vocab);
     std::vector<float> logits(smollm2.vocab);
     Expected out;
     if (!cache.reserve(seq, n)) throw Error("reference: no room for the prompt");
-    SequenceChunk const prefill{.slot = seq, .first_position = 0, .tokens = request.prompt};
+    SequenceChunk const prefill{.slot = seq, .first_position = 0, .tokens = prompt};
     model.forward(std::span(&prefill, 1), cache, workspace, logits);
     out.prompt_kv = kv_of(cache, seq, n);
     for (;;) {
-        kernels::TokenHistory const history{request.prompt, out.tokens};
+        kernels::TokenHistory const history{prompt, out.tokens};
         auto const step = static_cast<std::uint32_t>(out.tokens.size());
         out.tokens.push_back(
-            kernels::sample_token(logits, request.sampling, history, request.id, step, sampling)
+            kernels::sample_token(logits, request.sampling, history, routed.id, step, sampling)
                 .token);
         if (std::ranges::find(request.stop_token_ids, out.tokens.back()) !=
             request.stop_token_ids.end()) {
             out.finish = FinishReason::stop_token;
             return out;
         }
-        if (static_cast<int>(out.tokens.size()) == request.max_new_tokens) return out;
+        if (static_cast<int>(out.tokens.size()) == request.max_tokens) return out;
         int const position = n + static_cast<int>(out.tokens.size()) - 1;
         if (!cache.reserve(seq, position + 1)) throw Error("reference: no room to decode");
         SequenceChunk const decode{
@@ -146,23 +154,22 @@ Expected generate_colocated(Model const& model, GenerationRequest const& request
     }
 }
 
-std::vector<GenerationRequest> make_requests(std::vector<testing::GoldenPrompt> const& golden,
-                                             std::uint64_t seed) {
+std::vector<Routed> make_requests(std::vector<testing::GoldenPrompt> const& golden,
+                                  std::uint64_t seed) {
     auto const prompt_named = [&](std::string const& name) -> testing::GoldenPrompt const& {
         auto const it = std::ranges::find(golden, name, &testing::GoldenPrompt::name);
         if (it == golden.end()) throw Error("golden prompt '" + name + "' is missing");
         return *it;
     };
-    std::vector<GenerationRequest> requests;
+    std::vector<Routed> requests;
     // The golden prompts, greedy, finishing at different steps so the batch changes shape.
     int new_tokens = 6;
     for (auto const& p : golden) {
         kernels::SamplingParams greedy;
         greedy.temperature = 0;
-        requests.push_back({.id = 100 + requests.size(),
-                            .prompt = p.prompt,
-                            .sampling = greedy,
-                            .max_new_tokens = new_tokens++});
+        requests.push_back(
+            {100 + requests.size(),
+             {.prompt_tokens = p.prompt, .max_tokens = new_tokens++, .sampling = greedy}});
     }
     // Sampled, with filters and penalties (the decode side needs the prompt for those). The
     // prompts repeat earlier ones: their prefill starts from the prefix cache.
@@ -172,10 +179,9 @@ std::vector<GenerationRequest> make_requests(std::vector<testing::GoldenPrompt> 
     nucleus.top_p = 0.95f;
     nucleus.repetition_penalty = 1.3f;
     nucleus.seed = seed;
-    requests.push_back({.id = 200,
-                        .prompt = prompt_named("chat").prompt,
-                        .sampling = nucleus,
-                        .max_new_tokens = 8});
+    requests.push_back(
+        {200,
+         {.prompt_tokens = prompt_named("chat").prompt, .max_tokens = 8, .sampling = nucleus}});
     kernels::SamplingParams hot;
     hot.temperature = 1.2f;
     hot.min_p = 0.02f;
@@ -183,20 +189,20 @@ std::vector<GenerationRequest> make_requests(std::vector<testing::GoldenPrompt> 
     hot.presence_penalty = 0.3f;
     hot.seed = seed + 1;
     requests.push_back(
-        {.id = 201, .prompt = prompt_named("plain").prompt, .sampling = hot, .max_new_tokens = 8});
+        {201, {.prompt_tokens = prompt_named("plain").prompt, .max_tokens = 8, .sampling = hot}});
     // Finished by its first token, which the prefill side samples.
     requests.push_back(
-        {.id = 300, .prompt = prompt_named("code").prompt, .sampling = hot, .max_new_tokens = 1});
+        {300, {.prompt_tokens = prompt_named("code").prompt, .max_tokens = 1, .sampling = hot}});
     // Greedy until the third token of the golden continuation (or earlier, if it comes
     // sooner): ends on a stop token, not on length.
     kernels::SamplingParams greedy;
     greedy.temperature = 0;
     auto const& chat = prompt_named("chat");
-    requests.push_back({.id = 301,
-                        .prompt = chat.prompt,
-                        .sampling = greedy,
-                        .max_new_tokens = 16,
-                        .stop_token_ids = {chat.greedy.at(2)}});
+    requests.push_back({301,
+                        {.prompt_tokens = chat.prompt,
+                         .max_tokens = 16,
+                         .stop_token_ids = {chat.greedy.at(2)},
+                         .sampling = greedy}});
     return requests;
 }
 
@@ -211,9 +217,10 @@ std::string tokens_text(std::vector<std::int32_t> const& tokens) {
 
 // Transfers built to be refused: the header of a real request with one field changed, and a
 // payload of the size that header describes.
-std::vector<KvTransferHeader> mismatched_headers(GenerationRequest const& request) {
-    KvTransferHeader const good = KvBlockLayout<Cache>::header(
-        request.id, static_cast<int>(request.prompt.size()), request.prompt.back());
+std::vector<KvTransferHeader> mismatched_headers(Routed const& routed) {
+    std::vector<std::int32_t> const& prompt = routed.request.prompt_tokens;
+    KvTransferHeader const good =
+        KvBlockLayout<Cache>::header(routed.id, static_cast<int>(prompt.size()), prompt.back());
     KvTransferHeader int8_keys = good;
     int8_keys.key_codec = codec_id(kv::Int8Codec::name);
     int8_keys.key_vector_bytes = kv::Int8Codec::vector_bytes<smollm2.head_dim>;
@@ -223,7 +230,7 @@ std::vector<KvTransferHeader> mismatched_headers(GenerationRequest const& reques
 }
 
 void run_prefill(testing::mpi::Checks& checks, CountingCommunicator<MpiCommunicator>& comm,
-                 Model const& model, std::vector<GenerationRequest> const& requests) {
+                 Model const& model, std::vector<Routed> const& requests) {
     for (KvTransferHeader const& bad : mismatched_headers(requests.front())) {
         std::vector<std::byte> const payload(bad.payload_bytes());
         send_kv(comm, bad, payload, decode_rank, default_kv_transfer_tag);
@@ -237,16 +244,17 @@ void run_prefill(testing::mpi::Checks& checks, CountingCommunicator<MpiCommunica
     std::printf("%8s %7s %7s %7s %10s %12s %10s %9s\n", "request", "tokens", "cached", "blocks",
                 "shipped", "formula", "padding", "overhead");
     std::vector<std::vector<std::int32_t>> seen_prompts;
-    for (GenerationRequest const& request : requests) {
+    for (Routed const& routed : requests) {
         std::size_t const sent_before = comm.bytes_sent;
-        PrefillReport const report = prefill.serve(request);
+        PrefillReport const report = prefill.serve(routed.id, routed.request);
         std::size_t const shipped = comm.bytes_sent - sent_before;
+        std::vector<std::int32_t> const& prompt = routed.request.prompt_tokens;
 
-        int const n = static_cast<int>(request.prompt.size());
+        int const n = static_cast<int>(prompt.size());
         std::size_t const blocks = static_cast<std::size_t>(Cache::blocks_for(n));
         std::size_t const payload = blocks * Cache::bytes_per_block;
         double const formula = shipped_shape.kv_bytes(n);
-        std::string const which = "request " + std::to_string(request.id);
+        std::string const which = "request " + std::to_string(routed.id);
         checks.expect(shipped == kv_transfer_header_bytes + payload,
                       which + ": " + std::to_string(shipped) + " bytes on the wire, expected " +
                           std::to_string(kv_transfer_header_bytes) + " + " +
@@ -262,15 +270,15 @@ void run_prefill(testing::mpi::Checks& checks, CountingCommunicator<MpiCommunica
                           "slots of the last block only");
         // A prompt seen before starts from its cached full blocks (one position is always
         // recomputed, for the logits).
-        bool const repeated = std::ranges::find(seen_prompts, request.prompt) != seen_prompts.end();
+        bool const repeated = std::ranges::find(seen_prompts, prompt) != seen_prompts.end();
         int const cacheable = (n - 1) / block_size * block_size;
         checks.expect(report.cached_tokens == (repeated ? cacheable : 0),
                       which + ": " + std::to_string(report.cached_tokens) +
                           " prompt tokens from the prefix cache, expected " +
                           std::to_string(repeated ? cacheable : 0));
-        seen_prompts.push_back(request.prompt);
+        seen_prompts.push_back(prompt);
         std::printf("%8llu %7d %7d %7zu %10zu %12.0f %10.0f %8.2f%%\n",
-                    static_cast<unsigned long long>(request.id), n, report.cached_tokens, blocks,
+                    static_cast<unsigned long long>(routed.id), n, report.cached_tokens, blocks,
                     shipped, formula, padding + kv_transfer_header_bytes,
                     100.0 * (static_cast<double>(shipped) - formula) / formula);
     }
@@ -292,15 +300,16 @@ void run_prefill(testing::mpi::Checks& checks, CountingCommunicator<MpiCommunica
 constexpr std::size_t stepped_requests = 5;
 
 void run_decode(testing::mpi::Checks& checks, CountingCommunicator<MpiCommunicator>& comm,
-                Model const& model, std::vector<GenerationRequest> const& requests) {
+                Model const& model, std::vector<Routed> const& requests) {
     std::vector<Expected> colocated;
-    for (GenerationRequest const& r : requests) colocated.push_back(generate_colocated(model, r));
+    for (Routed const& r : requests) colocated.push_back(generate_colocated(model, r));
 
     Cache cache(decode_cache_blocks * Cache::bytes_per_block);
     DecodeWorker decode(
         model, cache, comm,
         {.prefill_rank = prefill_rank, .max_batch = decode_batch, .threads = threads_per_rank});
-    for (std::size_t i = 0; i < stepped_requests; ++i) decode.expect(requests[i]);
+    for (std::size_t i = 0; i < stepped_requests; ++i)
+        decode.expect(requests[i].id, requests[i].request);
 
     // The refused transfers come first; each must name what differs.
     std::vector<std::string> const must_name = {"key codec id", "block_size 32, this cache has 16"};
@@ -329,13 +338,18 @@ void run_decode(testing::mpi::Checks& checks, CountingCommunicator<MpiCommunicat
     for (int steps = 0; decode.expected() + decode.running() + decode.waiting() > 0; ++steps) {
         if (!checks.expect(steps < step_limit, "the stepped decode loop finishes")) return;
         while (decode.expected() > 0 && decode.running() + decode.waiting() < decode_batch) {
+            // Each receive takes one expected transfer: a loop that took none would spin here.
+            int const expected_before = decode.expected();
             decode.receive();
+            if (!checks.expect(decode.expected() < expected_before,
+                               "a receive takes one of the expected transfers"))
+                return;
         }
         for (std::size_t i = 0; i < stepped_requests; ++i) {
             auto const seq = decode.sequence_of(requests[i].id);
             if (!seq || kv_checked[i]) continue;
             kv_checked[i] = true;
-            int const n = static_cast<int>(requests[i].prompt.size());
+            int const n = static_cast<int>(requests[i].request.prompt_tokens.size());
             checks.expect(kv_of(cache, *seq, n) == colocated[i].prompt_kv,
                           "request " + std::to_string(requests[i].id) +
                               ": the decode cache holds colocated prefill's KV, bitwise");
@@ -343,7 +357,8 @@ void run_decode(testing::mpi::Checks& checks, CountingCommunicator<MpiCommunicat
         std::ranges::move(decode.step(), std::back_inserter(completions));
     }
     for (std::size_t i = 0; i < stepped_requests; ++i) {
-        auto const found = std::ranges::find(completions, requests[i].id, &Completion::request_id);
+        auto const found =
+            std::ranges::find(completions, sched::RequestId{requests[i].id}, &Completion::id);
         // Admitted inside a step, a request has two tokens after it; a third means it was
         // running when the loop looked.
         if (found != completions.end() && found->tokens.size() >= 3) {
@@ -352,32 +367,33 @@ void run_decode(testing::mpi::Checks& checks, CountingCommunicator<MpiCommunicat
         }
     }
 
-    for (std::size_t i = stepped_requests; i < requests.size(); ++i) decode.expect(requests[i]);
+    for (std::size_t i = stepped_requests; i < requests.size(); ++i)
+        decode.expect(requests[i].id, requests[i].request);
     std::ranges::move(decode.run_until_idle(), std::back_inserter(completions));
 
     checks.expect(completions.size() == requests.size(), "every request finishes exactly once");
     std::size_t wire_bytes = 0;
     int stopped_on_token = 0;
     for (std::size_t i = 0; i < requests.size(); ++i) {
-        GenerationRequest const& request = requests[i];
-        auto const found = std::ranges::find(completions, request.id, &Completion::request_id);
-        std::string const which = "request " + std::to_string(request.id);
+        std::uint64_t const id = requests[i].id;
+        auto const found = std::ranges::find(completions, sched::RequestId{id}, &Completion::id);
+        std::string const which = "request " + std::to_string(id);
         if (!checks.expect(found != completions.end(), which + " completed")) continue;
         checks.expect(found->tokens == colocated[i].tokens,
                       which + ": disaggregated [" + tokens_text(found->tokens) + "], colocated [" +
                           tokens_text(colocated[i].tokens) + "]");
         checks.expect(found->finish == colocated[i].finish, which + ": finish reason");
-        int const n = static_cast<int>(request.prompt.size());
-        checks.expect(found->transferred_tokens == n, which + ": positions received");
-        checks.expect(found->bytes_received == kv_transfer_header_bytes +
-                                                   static_cast<std::size_t>(Cache::blocks_for(n)) *
-                                                       Cache::bytes_per_block,
-                      which + ": bytes received");
-        wire_bytes += found->bytes_received;
+        int const n = static_cast<int>(requests[i].request.prompt_tokens.size());
+        checks.expect(found->handoff.transferred_tokens == n, which + ": positions received");
+        checks.expect(
+            found->handoff.bytes_received ==
+                kv_transfer_header_bytes +
+                    static_cast<std::size_t>(Cache::blocks_for(n)) * Cache::bytes_per_block,
+            which + ": bytes received");
+        wire_bytes += found->handoff.bytes_received;
         stopped_on_token += found->finish == FinishReason::stop_token;
-        std::printf("request %llu: %zu tokens (%s) [%s]\n",
-                    static_cast<unsigned long long>(request.id), found->tokens.size(),
-                    std::string(name_of(found->finish)).c_str(),
+        std::printf("request %llu: %zu tokens (%s) [%s]\n", static_cast<unsigned long long>(id),
+                    found->tokens.size(), std::string(name_of(found->finish)).c_str(),
                     tokens_text(found->tokens).c_str());
     }
     checks.expect(comm.bytes_received - received_before == wire_bytes,
@@ -411,7 +427,7 @@ int main(int argc, char** argv) {
         auto const file = gguf::File::open(model_path);
         auto const model = Model::bind(file);
         auto const golden = testing::load_golden_logits(TINFER_GOLDEN_LOGITS);
-        std::vector<GenerationRequest> const requests = make_requests(golden, seed);
+        std::vector<Routed> const requests = make_requests(golden, seed);
 
         if (comm.rank() == prefill_rank) {
             run_prefill(checks, comm, model, requests);

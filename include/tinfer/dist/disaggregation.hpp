@@ -4,11 +4,15 @@
 // the blocks into its own paged cache as they are (no recompute) and continues generation,
 // batching every request it holds into one forward step.
 //
-// Who knows what. A router (the caller) hands the same GenerationRequest to both workers, as
-// vLLM's and SGLang's disaggregation proxies do, so the KV transport carries only what the
-// prefill computed: a KvTransferHeader (block layout, token count, first sampled token) and the
-// blocks. The decode worker needs the prompt for the sampler's penalties, the sampling settings
-// and the limits; it matches an arriving transfer to its request by id.
+// Who knows what. A router (the caller) hands the same GenerationRequest (engine/request.hpp,
+// the library's one request model, with prompt_tokens: the workers hold no tokenizer) and the
+// same id to both workers, as vLLM's and SGLang's disaggregation proxies do, so the KV transport
+// carries only what the prefill computed: a KvTransferHeader (block layout, token count, first
+// sampled token) and the blocks. The decode worker needs the prompt for the sampler's
+// penalties, the sampling settings and the limits; it matches an arriving transfer to its
+// request by id. Both check a request against the engine's RequestLimits and stop it with the
+// engine's token-level stop rule (token_finish_reason), so a request means the same here as in
+// the Engine.
 //
 // Same tokens as colocated serving. The sampler's draw for a request's step k depends only on
 // the logits, the settings and (seed, request id, k); the forward pass is batch- and
@@ -40,6 +44,7 @@
 #include <tinfer/core/error.hpp>
 #include <tinfer/dist/communicator.hpp>
 #include <tinfer/dist/kv_transfer.hpp>
+#include <tinfer/engine/request.hpp>
 #include <tinfer/engine/stop_conditions.hpp>
 #include <tinfer/kernels/sampling.hpp>
 #include <tinfer/kv/kv_view.hpp>
@@ -51,58 +56,41 @@ namespace tinfer::dist {
 // The tag hand-offs use unless the workers are told otherwise ("KV" in ASCII).
 inline constexpr int default_kv_transfer_tag = 0x4b56;
 
-// One request, as the router gives it to both workers.
-struct GenerationRequest {
-    std::uint64_t id = 0;  // unique among requests in flight; also the sampler's stream
-    std::vector<std::int32_t> prompt;
-    kernels::SamplingParams sampling;
-    int max_new_tokens = 0;                    // including the first, sampled by prefill
-    std::vector<std::int32_t> stop_token_ids;  // finish on any of these (list EOS to stop on it)
-};
+// The limits a worker checks a request against: the engine's rules, for a model of shape Cfg
+// and a cache of `cache_blocks` blocks (0: no cache limit), without drafts or stop strings.
+template <ModelConfig Cfg, class Cache>
+RequestLimits worker_limits(int cache_blocks) {
+    std::int64_t max_cached = 0;
+    if (cache_blocks > 0) {
+        // The largest prompt + max_tokens whose KV positions fit (no sliding window here).
+        max_cached =
+            static_cast<std::int64_t>(cache_blocks / Cache::group_count) * Cache::block_size + 1;
+    }
+    return {.vocab = Cfg.vocab,
+            .max_context = Cfg.max_context,
+            .max_cached_tokens = max_cached,
+            .max_draft_tokens = 0,
+            .speculation_refusal = "disaggregated workers do not speculate",
+            .has_tokenizer = false};
+}
 
-// KV positions a request ever writes: the prompt, then every generated token but the last
-// (whose KV no later step reads).
+// KV positions a request ever writes (engine/request.hpp's rule).
 inline int kv_positions_of(GenerationRequest const& request) {
-    return static_cast<int>(request.prompt.size()) + request.max_new_tokens - 1;
+    return static_cast<int>(
+        tinfer::kv_positions_of(request.prompt_tokens.size(), request.max_tokens));
 }
 
-// Whether `output` (the tokens generated so far, the newest last) ends the request.
-inline std::optional<FinishReason> finish_reason_after(GenerationRequest const& request,
-                                                       std::span<std::int32_t const> output) {
-    if (!output.empty() &&
-        std::ranges::find(request.stop_token_ids, output.back()) != request.stop_token_ids.end()) {
-        return FinishReason::stop_token;
+// A request either worker could never serve is refused before any work (tinfer::RequestError,
+// naming the request).
+inline void validate_routed(std::uint64_t id, GenerationRequest const& request,
+                            RequestLimits const& limits) {
+    try {
+        if (request.prompt_tokens.empty() && (!request.prompt.empty() || !request.messages.empty()))
+            throw RequestError("disaggregated workers take prompt_tokens (they hold no tokenizer)");
+        validate_request(request, request.prompt_tokens, limits);
+    } catch (RequestError const& e) {
+        throw RequestError("request " + std::to_string(id) + ": " + e.what());
     }
-    if (static_cast<int>(output.size()) >= request.max_new_tokens) return FinishReason::length;
-    return std::nullopt;
-}
-
-// A request either worker could never serve is refused before any work (tinfer::RequestError).
-template <ModelConfig Cfg>
-void validate(GenerationRequest const& request) {
-    if (request.prompt.empty()) {
-        throw RequestError("request " + std::to_string(request.id) + ": the prompt is empty");
-    }
-    if (request.max_new_tokens <= 0) {
-        throw RequestError("request " + std::to_string(request.id) +
-                           ": max_new_tokens must be positive; got " +
-                           std::to_string(request.max_new_tokens));
-    }
-    if (static_cast<std::int64_t>(request.prompt.size()) + request.max_new_tokens - 1 >
-        Cfg.max_context) {
-        throw RequestError(
-            "request " + std::to_string(request.id) + ": " + std::to_string(request.prompt.size()) +
-            " prompt tokens and " + std::to_string(request.max_new_tokens) +
-            " new ones exceed the model's context of " + std::to_string(Cfg.max_context));
-    }
-    for (std::int32_t const token : request.prompt) {
-        if (token < 0 || token >= Cfg.vocab) {
-            throw RequestError("request " + std::to_string(request.id) + ": prompt token " +
-                               std::to_string(token) + " is outside the vocabulary of " +
-                               std::to_string(Cfg.vocab));
-        }
-    }
-    kernels::validate(request.sampling, Cfg.vocab);
 }
 
 // ---- the block layout a cache type ships and accepts ----
@@ -263,15 +251,16 @@ class PrefillWorker {
         disaggregation_detail::check_worker_types<Model, Cache, Comm>();
     }
 
-    // Prefills `request`, samples its first token, and sends header and blocks to the decode
-    // rank (blocking until the communicator may reuse the buffer).
-    PrefillReport serve(GenerationRequest const& request) {
+    // Prefills request `id`, samples its first token, and sends header and blocks to the
+    // decode rank (blocking until the communicator may reuse the buffer).
+    PrefillReport serve(std::uint64_t id, GenerationRequest const& request) {
         using namespace disaggregation_detail;
-        validate<Cfg>(request);
+        validate_routed(id, request, worker_limits<Cfg, Cache>(0));
         auto const start = Clock::now();
-        int const prompt_tokens = static_cast<int>(request.prompt.size());
+        std::vector<std::int32_t> const& prompt = request.prompt_tokens;
+        int const prompt_tokens = static_cast<int>(prompt.size());
         kv::Admission const admission = options_.reuse_prefixes
-                                            ? cache_->admit(request.prompt, prompt_tokens)
+                                            ? cache_->admit(prompt, prompt_tokens)
                                             : kv::Admission{cache_->admit(prompt_tokens), 0};
         SequenceGuard const sequence{*cache_, admission.seq};
 
@@ -281,37 +270,36 @@ class PrefillWorker {
             if (!cache_->reserve(sequence.seq, first + count)) {
                 // Only this sequence is live and admit() checked the pool holds the prompt.
                 throw Error("PrefillWorker: the KV cache could not supply blocks for request " +
-                            std::to_string(request.id) + "'s positions up to " +
+                            std::to_string(id) + "'s positions up to " +
                             std::to_string(first + count));
             }
-            SequenceChunk const chunk{.slot = sequence.seq,
-                                      .first_position = first,
-                                      .tokens = std::span(request.prompt)
-                                                    .subspan(static_cast<std::size_t>(first),
-                                                             static_cast<std::size_t>(count))};
+            SequenceChunk const chunk{
+                .slot = sequence.seq,
+                .first_position = first,
+                .tokens = std::span(prompt).subspan(static_cast<std::size_t>(first),
+                                                    static_cast<std::size_t>(count))};
             model_->forward(std::span(&chunk, 1), *cache_, workspace_, logits_);
         }
-        if (options_.reuse_prefixes) cache_->cache_prefix(sequence.seq, request.prompt);
+        if (options_.reuse_prefixes) cache_->cache_prefix(sequence.seq, prompt);
 
-        kernels::TokenHistory const history{request.prompt, {}};
-        std::int32_t const first_token =
-            kernels::sample_token(logits_, request.sampling, history, request.id, /*step=*/0,
-                                  sampling_workspace_)
-                .token;
+        kernels::TokenHistory const history{prompt, {}};
+        std::int32_t const first_token = kernels::sample_token(logits_, request.sampling, history,
+                                                               id, /*step=*/0, sampling_workspace_)
+                                             .token;
         double const prefill_seconds = seconds_since(start);
 
         auto const transfer_start = Clock::now();
         payload_.clear();
         int const tokens = cache_->export_blocks(sequence.seq, payload_);
         if (tokens != prompt_tokens) {
-            throw Error("PrefillWorker: request " + std::to_string(request.id) + " has " +
+            throw Error("PrefillWorker: request " + std::to_string(id) + " has " +
                         std::to_string(tokens) + " positions in every layer after prefilling " +
                         std::to_string(prompt_tokens));
         }
         KvTransferHeader const header =
-            KvBlockLayout<Cache>::header(request.id, tokens, first_token, options_.first_kv_head);
+            KvBlockLayout<Cache>::header(id, tokens, first_token, options_.first_kv_head);
         send_kv(*comm_, header, payload_, options_.decode_rank, options_.tag);
-        return {.request_id = request.id,
+        return {.request_id = id,
                 .first_token = first_token,
                 .tokens = tokens,
                 .cached_tokens = admission.cached_tokens,
@@ -347,17 +335,9 @@ struct DecodeOptions {
     int max_batch = 8;  // most requests in one decode step (workspace rows)
     int threads = 1;
     int first_kv_head = 0;  // of this rank's cache, under tensor parallelism
-};
-
-// One finished request.
-struct Completion {
-    std::uint64_t request_id = 0;
-    std::vector<std::int32_t> tokens;  // generated, the prefill worker's first token first
-    FinishReason finish = FinishReason::length;
-    int transferred_tokens = 0;      // prompt positions whose KV arrived
-    std::size_t bytes_received = 0;  // header + payload
-    double transfer_seconds = 0;     // header arrived -> payload in memory
-    double decode_seconds = 0;       // payload in memory -> finished (waiting for room included)
+    // The model's end-of-generation tokens (Tokenizer::end_of_generation), which finish a
+    // request as EOS does unless it sets ignore_eos; empty: only stop_token_ids and length.
+    std::vector<std::int32_t> end_of_generation;
 };
 
 // Decode-loop counters.
@@ -370,9 +350,11 @@ struct DecodeStats {
 };
 
 // Receives hand-offs from one prefill rank and decodes every request it holds in one batched
-// forward step at a time. A request is admitted with blocks for its whole length
-// (kv_positions_of), so the decode loop never runs out of KV mid-request; a transfer that
-// arrives while the cache is full waits in host memory, in arrival order.
+// forward step at a time; returns tinfer::Completion (tokens generated, the prefill worker's
+// first token first; `handoff` says what crossed the wire; no text: no tokenizer here). A request
+// is admitted with blocks for its whole length (kv_positions_of), so the decode loop never runs out
+// of KV mid-request; a transfer that arrives while the cache is full waits in host memory, in
+// arrival order.
 template <class Model, class Cache, Communicator Comm>
 class DecodeWorker {
     static constexpr ModelConfig Cfg = Model::config;
@@ -391,22 +373,15 @@ class DecodeWorker {
         chunks_.reserve(static_cast<std::size_t>(options.max_batch));
     }
 
-    // The router announces a request whose KV the prefill rank will send.
-    void expect(GenerationRequest request) {
-        validate<Cfg>(request);
-        // Refused now rather than after its KV has crossed the network.
-        if (Cache::blocks_for(kv_positions_of(request)) > cache_->total_blocks()) {
-            throw RequestError("request " + std::to_string(request.id) + " needs " +
-                               std::to_string(Cache::blocks_for(kv_positions_of(request))) +
-                               " KV blocks; the decode cache has " +
-                               std::to_string(cache_->total_blocks()));
+    // The router announces request `id`, whose KV the prefill rank will send. A request the
+    // decode cache can never hold is refused now rather than after its KV has crossed the
+    // network.
+    void expect(std::uint64_t id, GenerationRequest request) {
+        validate_routed(id, request, worker_limits<Cfg, Cache>(cache_->total_blocks()));
+        if (expected_.contains(id) || is_held(id)) {
+            throw RequestError("request id " + std::to_string(id) + " is already in flight");
         }
-        if (expected_.contains(request.id) || is_held(request.id)) {
-            throw RequestError("request id " + std::to_string(request.id) +
-                               " is already in flight");
-        }
-        std::uint64_t const id = request.id;
-        expected_.emplace(id, std::move(request));
+        expected_.emplace(id, Routed{id, std::move(request)});
     }
 
     // Receives the next hand-off from the prefill rank (blocking) and admits it, or keeps it
@@ -426,12 +401,12 @@ class DecodeWorker {
             throw KvTransferError("KV transfer for request " + std::to_string(header.request_id) +
                                   ", which this decode worker was not told to expect");
         }
-        GenerationRequest& request = found->second;
-        if (header.tokens != request.prompt.size()) {
+        Routed& routed = found->second;
+        if (header.tokens != routed.request.prompt_tokens.size()) {
             throw KvTransferError("KV transfer of request " + std::to_string(header.request_id) +
                                   " holds " + std::to_string(header.tokens) +
                                   " positions; its prompt has " +
-                                  std::to_string(request.prompt.size()) + " tokens");
+                                  std::to_string(routed.request.prompt_tokens.size()) + " tokens");
         }
         if (header.first_token < 0 || header.first_token >= Cfg.vocab) {
             throw KvTransferError("KV transfer of request " + std::to_string(header.request_id) +
@@ -439,7 +414,8 @@ class DecodeWorker {
                                   " is outside the vocabulary of " + std::to_string(Cfg.vocab));
         }
 
-        Held held{.request = std::move(request),
+        Held held{.id = routed.id,
+                  .request = std::move(routed.request),
                   .output = {header.first_token},
                   .payload = std::move(payload),
                   .transferred_tokens = static_cast<int>(header.tokens),
@@ -447,7 +423,7 @@ class DecodeWorker {
                   .transfer_seconds = transfer_seconds,
                   .received_at = Clock::now()};
         expected_.erase(found);
-        if (auto const reason = finish_reason_after(held.request, held.output)) {
+        if (auto const reason = finish_reason_after(held)) {
             finished_.push_back(complete(std::move(held), *reason));  // done at its first token
             return;
         }
@@ -472,7 +448,7 @@ class DecodeWorker {
         while (!expected_.empty() || !waiting_.empty() || !running_.empty() || !finished_.empty()) {
             while (!expected_.empty() && batch_has_room()) receive();
             if (running_.empty() && !waiting_.empty() && !can_admit(waiting_.front())) {
-                throw Error("DecodeWorker: request " + std::to_string(waiting_.front().request.id) +
+                throw Error("DecodeWorker: request " + std::to_string(waiting_.front().id) +
                             " cannot be admitted into an idle cache");
             }
             auto finished = step();
@@ -484,8 +460,7 @@ class DecodeWorker {
     // The cache sequence holding a running request's KV (to inspect it), or nothing when the
     // request is not running.
     std::optional<int> sequence_of(std::uint64_t request_id) const {
-        auto const it =
-            std::ranges::find(running_, request_id, [](Held const& h) { return h.request.id; });
+        auto const it = std::ranges::find(running_, request_id, [](Held const& h) { return h.id; });
         return it == running_.end() ? std::nullopt : std::optional<int>(it->seq);
     }
 
@@ -495,8 +470,14 @@ class DecodeWorker {
     DecodeStats const& stats() const { return stats_; }
 
   private:
+    struct Routed {
+        std::uint64_t id;
+        GenerationRequest request;
+    };
+
     // A request from its hand-off to its completion.
     struct Held {
+        std::uint64_t id = 0;
         GenerationRequest request;
         std::vector<std::int32_t> output;
         std::vector<std::byte> payload;  // until admitted
@@ -527,8 +508,7 @@ class DecodeWorker {
             if (!seq || !cache_->reserve(*seq, positions)) {
                 if (seq) cache_->release(*seq);
                 throw std::logic_error("DecodeWorker: the cache refused request " +
-                                       std::to_string(held.request.id) +
-                                       " after reporting room for it");
+                                       std::to_string(held.id) + " after reporting room for it");
             }
             held.seq = *seq;
             held.payload = {};
@@ -540,7 +520,8 @@ class DecodeWorker {
         auto const start = Clock::now();
         chunks_.clear();
         for (Held const& r : running_) {
-            int const position = static_cast<int>(r.request.prompt.size() + r.output.size()) - 1;
+            int const position =
+                static_cast<int>(r.request.prompt_tokens.size() + r.output.size()) - 1;
             chunks_.push_back({.slot = r.seq,
                                .first_position = position,
                                .tokens = std::span(&r.output.back(), 1)});
@@ -549,11 +530,11 @@ class DecodeWorker {
         model_->forward(std::span<SequenceChunk const>(chunks_), *cache_, workspace_, logits);
         for (std::size_t i = 0; i < running_.size(); ++i) {
             Held& r = running_[i];
-            kernels::TokenHistory const history{r.request.prompt, r.output};
+            kernels::TokenHistory const history{r.request.prompt_tokens, r.output};
             auto const step = static_cast<std::uint32_t>(r.output.size());
             r.output.push_back(kernels::sample_token(logits.subspan(i * Cfg.vocab, Cfg.vocab),
-                                                     r.request.sampling, history, r.request.id,
-                                                     step, sampling_workspace_)
+                                                     r.request.sampling, history, r.id, step,
+                                                     sampling_workspace_)
                                    .token);
         }
         stats_.steps += 1;
@@ -564,7 +545,7 @@ class DecodeWorker {
         // Finished requests leave the batch and give their blocks back.
         std::size_t kept = 0;
         for (Held& r : running_) {
-            if (auto const reason = finish_reason_after(r.request, r.output)) {
+            if (auto const reason = finish_reason_after(r)) {
                 cache_->release(r.seq);
                 finished_.push_back(complete(std::move(r), *reason));
             } else {
@@ -575,18 +556,27 @@ class DecodeWorker {
         running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(kept), running_.end());
     }
 
+    // The engine's token-level stop rule on the newest token.
+    std::optional<FinishReason> finish_reason_after(Held const& held) const {
+        return token_finish_reason(stop_conditions_of(held.request), held.output.back(),
+                                   options_.end_of_generation,
+                                   static_cast<int>(held.output.size()));
+    }
+
     static Completion complete(Held&& held, FinishReason reason) {
-        return {.request_id = held.request.id,
-                .tokens = std::move(held.output),
-                .finish = reason,
-                .transferred_tokens = held.transferred_tokens,
-                .bytes_received = held.bytes_received,
-                .transfer_seconds = held.transfer_seconds,
-                .decode_seconds = disaggregation_detail::seconds_since(held.received_at)};
+        return {
+            .id = sched::RequestId{held.id},
+            .prompt_tokens = std::move(held.request.prompt_tokens),
+            .tokens = std::move(held.output),
+            .finish = reason,
+            .handoff = {.transferred_tokens = held.transferred_tokens,
+                        .bytes_received = held.bytes_received,
+                        .transfer_seconds = held.transfer_seconds,
+                        .decode_seconds = disaggregation_detail::seconds_since(held.received_at)}};
     }
 
     bool is_held(std::uint64_t id) const {
-        auto const has_id = [&](Held const& h) { return h.request.id == id; };
+        auto const has_id = [&](Held const& h) { return h.id == id; };
         return std::ranges::any_of(waiting_, has_id) || std::ranges::any_of(running_, has_id);
     }
 
@@ -598,10 +588,10 @@ class DecodeWorker {
     kernels::SamplingWorkspace sampling_workspace_;
     std::vector<float> logits_;  // [max_batch][vocab]
     std::vector<SequenceChunk> chunks_;
-    std::map<std::uint64_t, GenerationRequest> expected_;  // announced, KV not yet arrived
-    std::deque<Held> waiting_;                             // KV arrived, no room yet
-    std::vector<Held> running_;                            // in the cache, decoding
-    std::vector<Completion> finished_;                     // not yet returned by step()
+    std::map<std::uint64_t, Routed> expected_;  // announced, KV not yet arrived
+    std::deque<Held> waiting_;                  // KV arrived, no room yet
+    std::vector<Held> running_;                 // in the cache, decoding
+    std::vector<Completion> finished_;          // not yet returned by step()
     DecodeStats stats_;
 };
 

@@ -1,0 +1,50 @@
+#pragma once
+// A request the engine holds, from intake to its end: what every part of the engine reads
+// (request intake fills it, the KV lifecycle keeps its `kv`, the step runner and the
+// speculative round stream its tokens).
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <tinfer/engine/output_stream.hpp>
+#include <tinfer/engine/request.hpp>
+#include <tinfer/sched/metrics.hpp>
+
+namespace tinfer {
+
+// What a request holds of the KV cache.
+struct SequenceKv {
+    int seq = -1;                    // its sequence in the KV cache while it holds one
+    int evicted = 0;                 // tokens dropped by eviction: slot = position - this
+    std::vector<float> scores;       // accumulated attention per cache slot (H2O)
+    std::vector<std::byte> swapped;  // its KV blocks while swapped to the host
+    int swapped_tokens = 0;
+};
+
+struct LiveRequest {
+    GenerationRequest request;
+    std::vector<std::int32_t> prompt;
+    TokenCallback callback;
+    OutputStream output;
+    std::vector<std::int32_t> context;  // prompt, then every sampled token
+    SequenceKv kv;
+    spec::SpeculationStats speculation;
+
+    int max_context() const { return static_cast<int>(prompt.size()) + request.max_tokens; }
+};
+
+// Appends a sampled token to the request's context, streams its text and returns the event
+// (the caller hands it over with deliver(), possibly after more bookkeeping).
+inline TokenEvent accept_token(sched::RequestId id, LiveRequest& r, std::int32_t token) {
+    OutputStream::Step emitted = r.output.accept(token);
+    r.context.push_back(token);
+    return {.id = id, .token = token, .text = std::move(emitted.text), .finish = emitted.finish};
+}
+
+inline void deliver(LiveRequest& r, TokenEvent& event, sched::MetricsRecorder& metrics) {
+    if (event.finish) event.speculation = r.speculation;
+    metrics.on_token(event.id);
+    if (r.callback) r.callback(event);
+}
+
+}  // namespace tinfer

@@ -1,0 +1,146 @@
+#pragma once
+// The request model of the whole library: what a caller asks for (GenerationRequest), what it
+// hears back per token (TokenEvent) and at the end (Completion), and the one set of limits every
+// entry point checks a request against (RequestLimits): the engine, the disaggregated prefill
+// and decode workers, and through them the server and the CLIs.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <tinfer/core/error.hpp>
+#include <tinfer/engine/speculative.hpp>
+#include <tinfer/engine/stop_conditions.hpp>
+#include <tinfer/format/chat_template.hpp>
+#include <tinfer/kernels/sampling.hpp>
+#include <tinfer/sched/request.hpp>
+
+namespace tinfer {
+
+// One request. The prompt is `prompt_tokens` if given, else `messages` rendered with the
+// model's chat template (with the generation prompt), else `prompt` as plain text.
+struct GenerationRequest {
+    std::string prompt;
+    std::vector<tok::ChatMessage> messages;
+    std::vector<std::int32_t> prompt_tokens;
+    int max_tokens = 128;  // generated tokens, the first (sampled after the prompt) included
+    std::vector<std::string> stop;
+    std::vector<std::int32_t> stop_token_ids;
+    bool ignore_eos = false;
+    kernels::SamplingParams sampling;
+    int priority = 0;
+    std::uint32_t tenant = 0;
+    // γ: draft tokens verified per decode step; 0 decodes one token per step. Greedy output is
+    // unchanged by it; sampled output keeps its distribution (not its exact tokens). Needs
+    // sampling.logprobs off: verification does not compute the log-probabilities.
+    int draft_tokens = 0;
+};
+
+inline StopConditions stop_conditions_of(GenerationRequest const& request) {
+    return {.max_new_tokens = request.max_tokens,
+            .stop_token_ids = request.stop_token_ids,
+            .stop_strings = request.stop,
+            .ignore_eos = request.ignore_eos};
+}
+
+// KV positions a request ever writes: the prompt, then every generated token but the last
+// (whose KV no later step reads).
+inline std::int64_t kv_positions_of(std::size_t prompt_tokens, int max_tokens) {
+    return static_cast<std::int64_t>(prompt_tokens) + max_tokens - 1;
+}
+
+// What a request's callback receives, once per generated token; the last event has `finish`.
+// A request that ends without a token (aborted, or refused after it was queued) gets one
+// event with token -1, `finish` set and, when it was refused, `error`.
+struct TokenEvent {
+    sched::RequestId id{};
+    std::int32_t token = -1;
+    std::string text;  // newly visible text; may be empty (a partial character, a stop string)
+    std::optional<float> logprob;
+    std::vector<kernels::TokenLogprob> top_logprobs;
+    std::optional<FinishReason> finish;
+    std::string error;
+    spec::SpeculationStats speculation;  // the request's totals, on the event with `finish`
+};
+
+using TokenCallback = std::function<void(TokenEvent const&)>;
+
+// How a request's KV crossed from a prefill worker to a decode worker (zero when colocated).
+struct KvHandoffStats {
+    int transferred_tokens = 0;      // prompt positions whose KV arrived
+    std::size_t bytes_received = 0;  // header + payload
+    double transfer_seconds = 0;     // header arrived -> payload in memory
+    double decode_seconds = 0;       // payload in memory -> finished (waiting for room included)
+};
+
+// A finished request, however it was served.
+struct Completion {
+    sched::RequestId id{};
+    std::vector<std::int32_t> prompt_tokens;
+    std::vector<std::int32_t> tokens;
+    std::string text;  // empty where no tokenizer was at hand (the decode worker)
+    FinishReason finish = FinishReason::aborted;
+    std::string error;
+    spec::SpeculationStats speculation;  // zero for a request without draft_tokens
+    KvHandoffStats handoff;              // zero unless disaggregated
+};
+
+// What a request is checked against, wherever it enters. Every field comes from the model and
+// the cache the request would run on.
+struct RequestLimits {
+    int vocab = 0;
+    int max_context = 0;  // the model's context: prompt + max_tokens
+    // The most positions one request can ever hold in the whole KV cache (0: no cache limit).
+    std::int64_t max_cached_tokens = 0;
+    // Draft tokens per round: at most this; 0 with `speculation_refusal` set: none at all.
+    int max_draft_tokens = 0;
+    std::string speculation_refusal;  // why drafts are not allowed here, when they are not
+    bool has_tokenizer = true;        // stop strings need one
+};
+
+// Raises tinfer::RequestError, naming the field, for a request that can never be served;
+// `prompt` is the request's prompt as token ids.
+inline void validate_request(GenerationRequest const& request, std::span<std::int32_t const> prompt,
+                             RequestLimits const& limits) {
+    if (prompt.empty()) throw RequestError("the prompt is empty");
+    for (std::int32_t const t : prompt)
+        if (t < 0 || t >= limits.vocab)
+            throw RequestError("prompt token " + std::to_string(t) +
+                               " is outside the vocabulary of " + std::to_string(limits.vocab));
+    if (request.max_tokens < 1)
+        throw RequestError("max_tokens must be at least 1, got " +
+                           std::to_string(request.max_tokens));
+    std::int64_t const total = static_cast<std::int64_t>(prompt.size()) + request.max_tokens;
+    if (total > limits.max_context)
+        throw RequestError("prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
+                           std::to_string(request.max_tokens) + ") exceeds the context of " +
+                           std::to_string(limits.max_context) + " tokens");
+    if (limits.max_cached_tokens > 0 && total > limits.max_cached_tokens)
+        throw RequestError("prompt + max_tokens = " + std::to_string(total) +
+                           " tokens needs more KV blocks than the whole cache holds (" +
+                           std::to_string(limits.max_cached_tokens) + " tokens)");
+    kernels::validate(request.sampling, limits.vocab);
+    if (request.draft_tokens != 0 && !limits.speculation_refusal.empty())
+        throw RequestError("draft_tokens must be 0 here: " + limits.speculation_refusal);
+    if (request.draft_tokens < 0 || request.draft_tokens > limits.max_draft_tokens)
+        throw RequestError("draft_tokens must be in [0, " +
+                           std::to_string(limits.max_draft_tokens) + "], got " +
+                           std::to_string(request.draft_tokens));
+    if (request.draft_tokens > 0 &&
+        (request.sampling.logprobs || request.sampling.top_logprobs > 0))
+        throw RequestError(
+            "draft_tokens needs sampling.logprobs and top_logprobs off: verification does not "
+            "compute log-probabilities");
+    if (!limits.has_tokenizer && !request.stop.empty())
+        throw RequestError("stop strings need a tokenizer, and this worker has none");
+    for (std::int32_t const t : request.stop_token_ids)
+        if (t >= limits.vocab)
+            throw RequestError("stop token id " + std::to_string(t) +
+                               " is outside the vocabulary of " + std::to_string(limits.vocab));
+    validate(stop_conditions_of(request));
+}
+
+}  // namespace tinfer

@@ -1,0 +1,98 @@
+#pragma once
+// The engine's front door: turns a GenerationRequest into prompt tokens, checks it against the
+// one set of RequestLimits, and queues it (or an abort) for the serving thread. submit() and
+// abort() may be called from any thread; the engine takes what arrived at the start of a step.
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include <tinfer/engine/request.hpp>
+#include <tinfer/format/chat_template.hpp>
+#include <tinfer/format/tokenizer.hpp>
+
+namespace tinfer {
+
+class RequestIntake {
+  public:
+    struct Arrival {
+        sched::RequestId id{};
+        GenerationRequest request;
+        std::vector<std::int32_t> prompt;
+        TokenCallback callback;
+    };
+
+    // The tokenizer and template must outlive the intake.
+    RequestIntake(tok::Tokenizer const& tokenizer, tok::ChatTemplate const& chat,
+                  RequestLimits limits)
+        : tokenizer_(&tokenizer), chat_(&chat), limits_(std::move(limits)) {}
+
+    // The request's prompt as token ids: `prompt_tokens`, else the rendered chat, else text.
+    std::vector<std::int32_t> prompt_of(GenerationRequest const& request) const {
+        if (!request.prompt_tokens.empty()) return request.prompt_tokens;
+        if (!request.messages.empty())
+            return tokenizer_->encode_prompt(
+                chat_->render(request.messages, /*add_generation_prompt=*/true));
+        return tokenizer_->encode_prompt(request.prompt);
+    }
+
+    // Checks and queues; throws tinfer::RequestError (nothing queued) for a request that can
+    // never be served.
+    sched::RequestId submit(GenerationRequest request, TokenCallback callback) {
+        Arrival arrival{.request = std::move(request), .callback = std::move(callback)};
+        arrival.prompt = prompt_of(arrival.request);
+        validate_request(arrival.request, arrival.prompt, limits_);
+        std::lock_guard lock(mutex_);
+        arrival.id = sched::RequestId{next_id_++};
+        sched::RequestId const id = arrival.id;
+        arrivals_.push_back(std::move(arrival));
+        ready_.notify_all();
+        return id;
+    }
+
+    void abort(sched::RequestId id) {
+        std::lock_guard lock(mutex_);
+        aborts_.push_back(id);
+        ready_.notify_all();
+    }
+
+    // Hands over what arrived since the last call, arrivals first.
+    std::pair<std::vector<Arrival>, std::vector<sched::RequestId>> take() {
+        std::pair<std::vector<Arrival>, std::vector<sched::RequestId>> out;
+        std::lock_guard lock(mutex_);
+        out.first.swap(arrivals_);
+        out.second.swap(aborts_);
+        return out;
+    }
+
+    bool pending() const {
+        std::lock_guard lock(mutex_);
+        return !arrivals_.empty() || !aborts_.empty();
+    }
+    std::size_t queued() const {
+        std::lock_guard lock(mutex_);
+        return arrivals_.size();
+    }
+
+    // Sleeps until something arrives or `timeout` passes.
+    void wait_for(std::chrono::milliseconds timeout) {
+        std::unique_lock lock(mutex_);
+        ready_.wait_for(lock, timeout, [&] { return !arrivals_.empty() || !aborts_.empty(); });
+    }
+
+    RequestLimits const& limits() const { return limits_; }
+
+  private:
+    tok::Tokenizer const* tokenizer_;
+    tok::ChatTemplate const* chat_;
+    RequestLimits limits_;
+    mutable std::mutex mutex_;
+    std::condition_variable ready_;
+    std::vector<Arrival> arrivals_;
+    std::vector<sched::RequestId> aborts_;
+    std::uint64_t next_id_ = 1;
+};
+
+}  // namespace tinfer
