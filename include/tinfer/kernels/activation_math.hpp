@@ -10,14 +10,17 @@
 #include <cstdint>
 #include <limits>
 
+#include <tinfer/core/extent.hpp>
+
 namespace tinfer::kernels {
 
 // Partial sums of every dot product and sum of squares: one AVX-512 register, or two AVX2 ones.
 inline constexpr int reduction_lanes = 16;
 
 // Square root usable in constant expressions, for constants derived from the config
-// (1/sqrt(head_dim)); Newton's iteration converges to the correctly rounded double.
-consteval double constexpr_sqrt(double x) {
+// (1/sqrt(head_dim)); Newton's iteration converges to the correctly rounded double. Also
+// called at run time where the dimension is a DynamicExtent, so both forms scale alike.
+constexpr double constexpr_sqrt(double x) {
     if (x <= 0) return 0;
     double guess = x < 1 ? 1 : x;
     for (int i = 0; i < 200; ++i) {
@@ -39,22 +42,31 @@ inline float sum_lanes(float const (&lanes)[reduction_lanes]) {
 }
 
 // a . b over n elements in the fixed order described above.
-template <int n>
-inline float dot(float const* a, float const* b) {
+inline float dot(Extent auto n, float const* a, float const* b) {
+    int const size = n;
     float lanes[reduction_lanes] = {};
-    constexpr int full = n - n % reduction_lanes;
+    int const full = size - size % reduction_lanes;
     for (int k = 0; k < full; k += reduction_lanes) {
 #pragma omp simd
         for (int l = 0; l < reduction_lanes; ++l) lanes[l] += a[k + l] * b[k + l];
     }
-    for (int k = full; k < n; ++k) lanes[k - full] += a[k] * b[k];
+    for (int k = full; k < size; ++k) lanes[k - full] += a[k] * b[k];
     return sum_lanes(lanes);
 }
 
+template <int n>
+inline float dot(float const* a, float const* b) {
+    return dot(StaticExtent<n>{}, a, b);
+}
+
 // Sum of x[i]^2 over n elements, same order as dot.
+inline float sum_of_squares(Extent auto n, float const* x) {
+    return dot(n, x, x);
+}
+
 template <int n>
 inline float sum_of_squares(float const* x) {
-    return dot<n>(x, x);
+    return dot(StaticExtent<n>{}, x, x);
 }
 
 // SiLU(x) = x * sigmoid(x) = x / (1 + e^-x); for very negative x, e^-x overflows to infinity

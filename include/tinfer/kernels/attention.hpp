@@ -23,6 +23,7 @@
 #include <omp.h>
 
 #include <tinfer/core/error.hpp>
+#include <tinfer/core/extent.hpp>
 #include <tinfer/kernels/activation_math.hpp>
 #include <tinfer/kv/kv_view.hpp>
 
@@ -40,51 +41,75 @@ struct AttentionChunk {
     std::size_t out_stride = 0;
 };
 
+// The largest head a DynamicExtent head_dim may have (a query's output row lives on the stack).
+inline constexpr int max_dynamic_attention_head_dim = 512;
+
 // sliding_window: 0 attends to every earlier position; W > 0 lets a query at p see keys
 // p - W + 1 .. p (W tokens, itself included), as Mistral's and Gemma's windows.
 // query_scale_dim: scores are q.k / sqrt(query_scale_dim) (head_dim, or Gemma's
-// query_pre_attn_scalar).
-template <int head_dim, int group_size, int sliding_window = 0, int query_scale_dim = head_dim>
-struct Attention {
-    static_assert(head_dim > 0 && head_dim % 2 == 0, "Attention head_dim must be positive, even");
-    static_assert(group_size > 0, "Attention group_size must be positive");
-    static_assert(sliding_window >= 0, "Attention sliding_window must be 0 (off) or positive");
-    static_assert(query_scale_dim > 0, "Attention query_scale_dim must be positive");
+// query_pre_attn_scalar). Each dimension is an Extent: static (generated for the shape) or
+// dynamic (one instantiation for every shape), from this one source.
+template <Extent HeadDim, Extent GroupSize, Extent SlidingWindow = StaticExtent<0>,
+          Extent QueryScaleDim = HeadDim>
+class AttentionKernel {
+  public:
+    constexpr AttentionKernel(HeadDim head_dim = {}, GroupSize group_size = {},
+                              SlidingWindow sliding_window = {}, QueryScaleDim query_scale_dim = {})
+        : head_dim_(head_dim),
+          group_size_(group_size),
+          sliding_window_(sliding_window),
+          query_scale_dim_(query_scale_dim) {
+        if constexpr (!HeadDim::is_static || !GroupSize::is_static || !SlidingWindow::is_static ||
+                      !QueryScaleDim::is_static) {
+            int const d = head_dim_, g = group_size_, w = sliding_window_, q = query_scale_dim_;
+            if (d <= 0 || d % 2 != 0 || d > max_dynamic_attention_head_dim || g <= 0 || w < 0 ||
+                q <= 0)
+                throw Error("attention: head_dim " + std::to_string(d) + " (even, at most " +
+                            std::to_string(max_dynamic_attention_head_dim) + "), group_size " +
+                            std::to_string(g) + ", sliding_window " + std::to_string(w) +
+                            ", query_scale_dim " + std::to_string(q) + " is not a valid shape");
+        }
+    }
 
     // Keys per tile: a K tile and a V tile of 16 KiB each, whatever head_dim, so both stay in L1.
-    static constexpr int kv_tile = std::max(8, 4096 / head_dim);
+    constexpr int kv_tile() const { return std::max(8, 4096 / head_dim()); }
     // Queries per task: about 64 (query, head) states of head_dim floats, also L1 sized.
-    static constexpr int query_block = std::max(1, 64 / group_size);
-    static constexpr int state_rows = query_block * group_size;
+    constexpr int query_block() const { return std::max(1, 64 / group_size()); }
+    constexpr int state_rows() const { return query_block() * group_size(); }
     // Softmax in base 2: exp(s / sqrt(d)) = exp2(s * log2(e) / sqrt(d)).
-    static constexpr float score_scale =
-        static_cast<float>(std::numbers::log2e / constexpr_sqrt(query_scale_dim));
-
+    constexpr float score_scale() const {
+        return static_cast<float>(std::numbers::log2e /
+                                  constexpr_sqrt(static_cast<int>(query_scale_dim_)));
+    }
     // Per-thread scratch: K tile, V tile, one tile of scores, and the block's softmax states.
-    static constexpr std::size_t scratch_floats =
-        2 * static_cast<std::size_t>(kv_tile) * head_dim + kv_tile +
-        static_cast<std::size_t>(state_rows) * (head_dim + 2);
-
+    constexpr std::size_t scratch_floats() const {
+        return 2 * static_cast<std::size_t>(kv_tile()) * head_dim() + kv_tile() +
+               static_cast<std::size_t>(state_rows()) * (head_dim() + 2);
+    }
     // Tasks that `attend_block` splits a chunk into, per KV head.
-    static constexpr int blocks(int queries) { return (queries + query_block - 1) / query_block; }
+    constexpr int blocks(int queries) const {
+        return (queries + query_block() - 1) / query_block();
+    }
 
     // Queries [block * query_block, ...) of the chunk, the group of query heads of `kv_head`.
     // Precondition (check_cached checks it; this runs inside parallel regions, which cannot
     // throw): the view caches every position up to the chunk's last query.
     template <kv::KvView View>
-    static void attend_block(View const& view, int kv_head, AttentionChunk const& chunk, int block,
-                             float* scratch) {
-        int const q_begin = block * query_block;
-        int const q_end = std::min(chunk.queries, q_begin + query_block);
+    void attend_block(View const& view, int kv_head, AttentionChunk const& chunk, int block,
+                      float* scratch) const {
+        int const head_dim = this->head_dim(), group_size = this->group_size();
+        int const sliding_window = sliding_window_, kv_tile = this->kv_tile();
+        int const q_begin = block * query_block();
+        int const q_end = std::min(chunk.queries, q_begin + query_block());
         int const count = q_end - q_begin;
         int const first_query = chunk.first_position + q_begin;
         int const last_query = chunk.first_position + q_end - 1;
-        float* keys = scratch;                            // [kv_tile][head_dim]
-        float* values = keys + kv_tile * head_dim;        // [kv_tile][head_dim]
-        float* scores = values + kv_tile * head_dim;      // [kv_tile]
-        float* outputs = scores + kv_tile;                // [state_rows][head_dim]
-        float* maxima = outputs + state_rows * head_dim;  // [state_rows]
-        float* sums = maxima + state_rows;                // [state_rows]
+        float* keys = scratch;                              // [kv_tile][head_dim]
+        float* values = keys + kv_tile * head_dim;          // [kv_tile][head_dim]
+        float* scores = values + kv_tile * head_dim;        // [kv_tile]
+        float* outputs = scores + kv_tile;                  // [state_rows][head_dim]
+        float* maxima = outputs + state_rows() * head_dim;  // [state_rows]
+        float* sums = maxima + state_rows();                // [state_rows]
         for (int row = 0; row < count * group_size; ++row) {
             maxima[row] = negative_infinity;
             sums[row] = 0;
@@ -129,17 +154,18 @@ struct Attention {
     }
 
     // Every KV head and query block of one chunk, spread over `threads`; scratch holds
-    // threads * scratch_floats floats.
+    // threads * scratch_floats() floats.
     template <kv::KvView View>
-    static void attend(View const& view, int kv_heads, AttentionChunk const& chunk, int threads,
-                       std::span<float> scratch) {
+    void attend(View const& view, int kv_heads, AttentionChunk const& chunk, int threads,
+                std::span<float> scratch) const {
         require_scratch(scratch, threads);
         check_cached(view, chunk);
         int const per_head = blocks(chunk.queries);
+        std::size_t const per_thread = scratch_floats();
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
         for (int task = 0; task < kv_heads * per_head; ++task) {
             float* mine =
-                scratch.data() + scratch_floats * static_cast<std::size_t>(omp_get_thread_num());
+                scratch.data() + per_thread * static_cast<std::size_t>(omp_get_thread_num());
             attend_block(view, task / per_head, chunk, task % per_head, mine);
         }
     }
@@ -154,23 +180,32 @@ struct Attention {
         }
     }
 
-    static void require_scratch(std::span<float> scratch, int threads) {
-        if (scratch.size() < scratch_floats * static_cast<std::size_t>(threads)) {
+    void require_scratch(std::span<float> scratch, int threads) const {
+        if (scratch.size() < scratch_floats() * static_cast<std::size_t>(threads)) {
             throw Error("attention: scratch holds " + std::to_string(scratch.size()) +
-                        " floats, needs " + std::to_string(scratch_floats * threads));
+                        " floats, needs " + std::to_string(scratch_floats() * threads));
         }
+    }
+
+    constexpr int head_dim() const {
+        return head_dim_;
+    }
+    constexpr int group_size() const {
+        return group_size_;
     }
 
   private:
     // Folds keys lo..hi of the tile into one query head's online softmax state. The weights
     // exp2(score - maximum) are computed for the whole range first, in a loop the compiler
-    // vectorizes (fast_exp2), and the output row is accumulated in registers (head_dim is a
-    // compile-time constant), written back once per tile.
-    static void update(float const* q, float const* keys, float const* values, int lo, int hi,
-                       float* scores, float& maximum, float& sum, float* acc) {
+    // vectorizes (fast_exp2), and the output row is accumulated in registers (when head_dim is
+    // a compile-time constant), written back once per tile.
+    void update(float const* q, float const* keys, float const* values, int lo, int hi,
+                float* scores, float& maximum, float& sum, float* acc) const {
+        int const head_dim = this->head_dim();
+        float const scale = score_scale();
         float tile_maximum = negative_infinity;
         for (int j = lo; j <= hi; ++j) {
-            scores[j] = dot<head_dim>(q, keys + j * head_dim) * score_scale;
+            scores[j] = dot(head_dim_, q, keys + j * head_dim) * scale;
             tile_maximum = std::max(tile_maximum, scores[j]);
         }
         float const new_maximum = std::max(maximum, tile_maximum);
@@ -178,7 +213,7 @@ struct Attention {
         float const correction = fast_exp2(maximum - new_maximum);
 #pragma omp simd
         for (int j = lo; j <= hi; ++j) scores[j] = fast_exp2(scores[j] - new_maximum);
-        float row[head_dim];
+        float row[capacity_of<HeadDim, max_dynamic_attention_head_dim>()];
 #pragma omp simd
         for (int d = 0; d < head_dim; ++d) row[d] = acc[d] * correction;
         float tile_sum = 0;
@@ -193,6 +228,50 @@ struct Attention {
         for (int d = 0; d < head_dim; ++d) acc[d] = row[d];
         sum = sum * correction + tile_sum;
         maximum = new_maximum;
+    }
+
+    [[no_unique_address]] HeadDim head_dim_;
+    [[no_unique_address]] GroupSize group_size_;
+    [[no_unique_address]] SlidingWindow sliding_window_;
+    [[no_unique_address]] QueryScaleDim query_scale_dim_;
+};
+
+// The kernel with every dimension static: what the model instantiates per layer plan.
+template <int head_dim, int group_size, int sliding_window = 0, int query_scale_dim = head_dim>
+struct Attention {
+    static_assert(head_dim > 0 && head_dim % 2 == 0, "Attention head_dim must be positive, even");
+    static_assert(group_size > 0, "Attention group_size must be positive");
+    static_assert(sliding_window >= 0, "Attention sliding_window must be 0 (off) or positive");
+    static_assert(query_scale_dim > 0, "Attention query_scale_dim must be positive");
+
+    using Kernel = AttentionKernel<StaticExtent<head_dim>, StaticExtent<group_size>,
+                                   StaticExtent<sliding_window>, StaticExtent<query_scale_dim>>;
+    static constexpr Kernel kernel{};
+
+    static constexpr int kv_tile = kernel.kv_tile();
+    static constexpr int query_block = kernel.query_block();
+    static constexpr int state_rows = kernel.state_rows();
+    static constexpr float score_scale = kernel.score_scale();
+    static constexpr std::size_t scratch_floats = kernel.scratch_floats();
+
+    static constexpr int blocks(int queries) { return kernel.blocks(queries); }
+
+    template <kv::KvView View>
+    static void attend_block(View const& view, int kv_head, AttentionChunk const& chunk, int block,
+                             float* scratch) {
+        kernel.attend_block(view, kv_head, chunk, block, scratch);
+    }
+    template <kv::KvView View>
+    static void attend(View const& view, int kv_heads, AttentionChunk const& chunk, int threads,
+                       std::span<float> scratch) {
+        kernel.attend(view, kv_heads, chunk, threads, scratch);
+    }
+    template <kv::KvView View>
+    static void check_cached(View const& view, AttentionChunk const& chunk) {
+        Kernel::check_cached(view, chunk);
+    }
+    static void require_scratch(std::span<float> scratch, int threads) {
+        kernel.require_scratch(scratch, threads);
     }
 };
 

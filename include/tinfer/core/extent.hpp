@@ -1,0 +1,63 @@
+#pragma once
+// A dimension a kernel is written over once and compiled either way: StaticExtent<N> carries N
+// in its type (the loop trip counts, tile sizes and stack buffers are constants of the generated
+// code), DynamicExtent carries it at run time (one instantiation serves every size). CuTe's
+// Int<N> and int play the same roles. A kernel takes `Extent auto` parameters and reads them
+// as ints; with a static extent the value is a constant expression after inlining, so the
+// source is the same and only the generated code differs. bench/specialization measures what
+// each kernel gains from the static form (docs/specialization.md).
+#include <concepts>
+
+namespace tinfer {
+
+template <int N>
+struct StaticExtent {
+    static constexpr bool is_static = true;
+    static constexpr int value = N;
+    constexpr operator int() const noexcept { return N; }
+};
+
+struct DynamicExtent {
+    static constexpr bool is_static = false;
+    int value = 0;
+    constexpr operator int() const noexcept { return value; }
+};
+
+template <class E>
+concept Extent = requires(E const e) {
+    { E::is_static } -> std::convertible_to<bool>;
+    { static_cast<int>(e) } -> std::same_as<int>;
+};
+
+// The same kind of extent (static or dynamic) for value / divisor, e.g. the pairs of a head.
+template <int divisor, Extent E>
+constexpr auto divide_extent(E e) {
+    static_assert(divisor > 0, "divide_extent: the divisor must be positive");
+    if constexpr (E::is_static)
+        return StaticExtent<E::value / divisor>{};
+    else
+        return DynamicExtent{static_cast<int>(e) / divisor};
+}
+
+// Room for an extent's elements in a stack buffer: N when static, `dynamic_bound` otherwise (a
+// kernel taking a DynamicExtent checks the value against the bound).
+template <Extent E, int dynamic_bound>
+constexpr int capacity_of() {
+    if constexpr (E::is_static)
+        return E::value;
+    else
+        return dynamic_bound;
+}
+
+// The extent a kernel's benchmark or test asks for: static N, or N held at run time.
+template <bool is_static, int N>
+constexpr auto extent_of() {
+    if constexpr (is_static)
+        return StaticExtent<N>{};
+    else
+        return DynamicExtent{N};
+}
+
+static_assert(Extent<StaticExtent<64>> && Extent<DynamicExtent>);
+
+}  // namespace tinfer
