@@ -1,5 +1,10 @@
 #pragma once
-// The whole public surface of tinfer in one include.
+// The whole host-side public surface of tinfer in one include: configs and presets, GGUF and
+// tokenizers, kernels, KV caches, the model, the scheduler, the engine and its parts,
+// speculative decoding, tensor-parallel sharding and disaggregation over any Communicator.
+// Two families need a toolchain a host build may lack and are included on their own:
+// <tinfer/dist/mpi_communicator.hpp> (MPI) and the CUDA headers (*.cuh, kernels/cuda/,
+// model/cuda/), compiled by nvcc.
 #include <tinfer/config/model_config.hpp>
 #include <tinfer/config/presets.hpp>
 #include <tinfer/config/validate.hpp>
@@ -7,4 +12,83 @@
 #include <tinfer/core/dispatch.hpp>
 #include <tinfer/core/dtype.hpp>
 #include <tinfer/core/error.hpp>
+#include <tinfer/core/extent.hpp>
+#include <tinfer/core/fp8.hpp>
 #include <tinfer/core/half.hpp>
+#include <tinfer/core/host_device.hpp>
+#include <tinfer/core/int_quant.hpp>
+#include <tinfer/core/philox.hpp>
+#include <tinfer/core/simd_intrinsics.hpp>
+#include <tinfer/dist/communicator.hpp>
+#include <tinfer/dist/disaggregation.hpp>
+#include <tinfer/dist/kv_transfer.hpp>
+#include <tinfer/dist/scale_out_arithmetic.hpp>
+#include <tinfer/dist/tensor_parallel.hpp>
+#include <tinfer/engine/drafters.hpp>
+#include <tinfer/engine/engine.hpp>
+#include <tinfer/engine/kv_lifecycle.hpp>
+#include <tinfer/engine/live_request.hpp>
+#include <tinfer/engine/model_drafters.hpp>
+#include <tinfer/engine/output_stream.hpp>
+#include <tinfer/engine/request.hpp>
+#include <tinfer/engine/request_intake.hpp>
+#include <tinfer/engine/speculative.hpp>
+#include <tinfer/engine/speculative_round.hpp>
+#include <tinfer/engine/step_runner.hpp>
+#include <tinfer/engine/stop_conditions.hpp>
+#include <tinfer/format/chat_template.hpp>
+#include <tinfer/format/gguf.hpp>
+#include <tinfer/format/gguf_types.hpp>
+#include <tinfer/format/gguf_writer.hpp>
+#include <tinfer/format/mapped_file.hpp>
+#include <tinfer/format/quant_blocks.hpp>
+#include <tinfer/format/synthetic_model.hpp>
+#include <tinfer/format/tokenizer.hpp>
+#include <tinfer/format/tokenizer_byte_level.hpp>
+#include <tinfer/format/tokenizer_gguf.hpp>
+#include <tinfer/format/tokenizer_pretokenizer.hpp>
+#include <tinfer/format/tokenizer_sentencepiece.hpp>
+#include <tinfer/format/tokenizer_stream.hpp>
+#include <tinfer/format/unicode.hpp>
+#include <tinfer/kernels/activation_math.hpp>
+#include <tinfer/kernels/attention.hpp>
+#include <tinfer/kernels/embedding.hpp>
+#include <tinfer/kernels/int8_activations.hpp>
+#include <tinfer/kernels/int8_dot.hpp>
+#include <tinfer/kernels/linear.hpp>
+#include <tinfer/kernels/rmsnorm.hpp>
+#include <tinfer/kernels/rope.hpp>
+#include <tinfer/kernels/sampling.hpp>
+#include <tinfer/kernels/swiglu.hpp>
+#include <tinfer/kernels/weight_matrix.hpp>
+#include <tinfer/kv/block_pool.hpp>
+#include <tinfer/kv/codec.hpp>
+#include <tinfer/kv/contiguous_cache.hpp>
+#include <tinfer/kv/kv_view.hpp>
+#include <tinfer/kv/layer_groups.hpp>
+#include <tinfer/kv/paged_cache.hpp>
+#include <tinfer/kv/prefix_cache.hpp>
+#include <tinfer/kv/utilization.hpp>
+#include <tinfer/model/attention_scores.hpp>
+#include <tinfer/model/decoder_layer.hpp>
+#include <tinfer/model/host_ops.hpp>
+#include <tinfer/model/hyperparameters.hpp>
+#include <tinfer/model/int8_weights.hpp>
+#include <tinfer/model/layer_plan.hpp>
+#include <tinfer/model/llama.hpp>
+#include <tinfer/model/parallel.hpp>
+#include <tinfer/model/sequence_chunk.hpp>
+#include <tinfer/model/shipped_presets.hpp>
+#include <tinfer/model/weights.hpp>
+#include <tinfer/model/with_preset.hpp>
+#include <tinfer/model/workspace.hpp>
+#include <tinfer/sched/batching.hpp>
+#include <tinfer/sched/eviction.hpp>
+#include <tinfer/sched/kv_capacity.hpp>
+#include <tinfer/sched/metrics.hpp>
+#include <tinfer/sched/preemption.hpp>
+#include <tinfer/sched/prefill.hpp>
+#include <tinfer/sched/queue_order.hpp>
+#include <tinfer/sched/request.hpp>
+#include <tinfer/sched/scheduler.hpp>
+#include <tinfer/sched/step_plan.hpp>

@@ -16,3 +16,16 @@ if(NOT last_output MATCHES "heads=12, kv_heads=4, head_dim=64")
   message(FATAL_ERROR "consumer printed an unexpected shape:\n${last_output}")
 endif()
 message(STATUS "${last_output}")
+
+# The researcher's workflow (examples/custom_shape): its own shape, a GGUF written with seeded
+# random weights, the Engine, and the shape's kernels static against dynamic.
+file(REMOVE_RECURSE ${CUSTOM_SHAPE_BUILD})
+run(${CMAKE_COMMAND} -S ${CUSTOM_SHAPE_SOURCE} -B ${CUSTOM_SHAPE_BUILD}
+    -DCMAKE_PREFIX_PATH=${PREFIX} -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=Release)
+run(${CMAKE_COMMAND} --build ${CUSTOM_SHAPE_BUILD})
+run(${CUSTOM_SHAPE_BUILD}/custom_shape ${CUSTOM_SHAPE_BUILD}/custom_shape.gguf 64 8)
+if(NOT last_output MATCHES "pp64 [0-9.]+ tokens/s, tg8 [0-9.]+ tokens/s \\(length\\)"
+   OR NOT last_output MATCHES "attention decode ctx 1024")
+  message(FATAL_ERROR "custom_shape printed no pp/tg figures or kernel table:\n${last_output}")
+endif()
+message(STATUS "${last_output}")

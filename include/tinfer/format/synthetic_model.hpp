@@ -1,0 +1,130 @@
+#pragma once
+// A GGUF model of any shape, written with the project's GGUF writer: seeded random f32
+// weights, every tensor the shape's architecture binds (biases, QK-norm, sandwich norms where
+// it has them) and the hyperparameters read_config reads back. A researcher's own shape can be
+// run end to end with it (examples/custom_shape); the tests use it for the parts no shipped
+// file uses (QKV bias, soft-capping) and for bad-input tests (a tensor type or a key the model
+// refuses), which edit the writer before it is serialised.
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <tinfer/config/model_config.hpp>
+#include <tinfer/format/gguf_writer.hpp>
+
+namespace tinfer::gguf {
+
+class SyntheticModel {
+  public:
+    // `weight_scale` keeps activations of a random model in a useful range; `architecture`
+    // replaces the family's general.architecture (and key prefix), for refusal tests.
+    SyntheticModel(ModelConfig const& c, std::uint64_t seed, float weight_scale = 0.08f,
+                   std::string const& architecture = "")
+        : config_(c), random_(seed), scale_(weight_scale) {
+        std::string const arch = architecture.empty() ? name_of(c.arch.family) : architecture;
+        auto const key = [&](char const* suffix) { return arch + "." + suffix; };
+        writer_.add("general.architecture", gguf::Value(arch));
+        writer_.add(key("block_count"), gguf::Value(static_cast<std::uint32_t>(c.layers)));
+        writer_.add(key("embedding_length"), gguf::Value(static_cast<std::uint32_t>(c.hidden)));
+        writer_.add(key("attention.head_count"), gguf::Value(static_cast<std::uint32_t>(c.heads)));
+        writer_.add(key("attention.head_count_kv"),
+                    gguf::Value(static_cast<std::uint32_t>(c.kv_heads)));
+        writer_.add(key("attention.key_length"),
+                    gguf::Value(static_cast<std::uint32_t>(c.head_dim)));
+        writer_.add(key("attention.value_length"),
+                    gguf::Value(static_cast<std::uint32_t>(c.head_dim)));
+        writer_.add(key("feed_forward_length"), gguf::Value(static_cast<std::uint32_t>(c.ffn)));
+        writer_.add(key("context_length"), gguf::Value(static_cast<std::uint32_t>(c.max_context)));
+        writer_.add(key("rope.freq_base"), gguf::Value(static_cast<float>(c.rope_base)));
+        writer_.add(key("attention.layer_norm_rms_epsilon"),
+                    gguf::Value(static_cast<float>(c.norm_eps)));
+        if (c.sliding_window > 0) {
+            writer_.add(key("attention.sliding_window"),
+                        gguf::Value(static_cast<std::uint32_t>(c.sliding_window)));
+        }
+        if (c.arch.final_logit_softcap > 0) {
+            writer_.add(key("final_logit_softcapping"),
+                        gguf::Value(static_cast<float>(c.arch.final_logit_softcap)));
+        }
+        matrix("token_embd.weight", c.hidden, c.vocab, 1.0f);
+        if (c.arch.lm_head == LmHead::separate) matrix("output.weight", c.hidden, c.vocab);
+        norm("output_norm.weight", c.hidden);
+        for (int i = 0; i < c.layers; ++i) {
+            std::string const p = "blk." + std::to_string(i) + ".";
+            norm(p + "attn_norm.weight", c.hidden);
+            matrix(p + "attn_q.weight", c.hidden, c.q_width());
+            matrix(p + "attn_k.weight", c.hidden, c.kv_width());
+            matrix(p + "attn_v.weight", c.hidden, c.kv_width());
+            if (c.arch.qkv_bias) {
+                vector(p + "attn_q.bias", c.q_width(), 0.0f, 0.5f);
+                vector(p + "attn_k.bias", c.kv_width(), 0.0f, 0.5f);
+                vector(p + "attn_v.bias", c.kv_width(), 0.0f, 0.5f);
+            }
+            if (c.arch.qk_norm) {
+                norm(p + "attn_q_norm.weight", c.head_dim);
+                norm(p + "attn_k_norm.weight", c.head_dim);
+            }
+            matrix(p + "attn_output.weight", c.q_width(), c.hidden);
+            if (c.arch.norms == NormPlacement::sandwich) {
+                norm(p + "post_attention_norm.weight", c.hidden);
+                norm(p + "post_ffw_norm.weight", c.hidden);
+            }
+            norm(p + "ffn_norm.weight", c.hidden);
+            matrix(p + "ffn_gate.weight", c.hidden, c.ffn);
+            matrix(p + "ffn_up.weight", c.hidden, c.ffn);
+            matrix(p + "ffn_down.weight", c.ffn, c.hidden);
+        }
+    }
+
+    // A byte-level BPE vocabulary of config.vocab tokens spelled "t0", "t1", ... with no merges,
+    // so an Engine (which reads the tokenizer and chat template from the file) can be built on
+    // the model; prompts are then given as token ids. `eos` is the end-of-sequence token, if any.
+    SyntheticModel& with_tokenizer(std::optional<std::int32_t> eos = std::nullopt) {
+        std::vector<std::string> tokens;
+        for (int id = 0; id < config_.vocab; ++id) tokens.push_back("t" + std::to_string(id));
+        writer_.add("tokenizer.ggml.model", gguf::Value(std::string("gpt2")));
+        writer_.add("tokenizer.ggml.pre", gguf::Value(std::string("gpt-2")));
+        writer_.add_strings("tokenizer.ggml.tokens", tokens);
+        writer_.add_strings("tokenizer.ggml.merges", {});
+        if (eos) writer_.add("tokenizer.ggml.eos_token_id", gguf::Value(std::uint32_t(*eos)));
+        return *this;
+    }
+
+    gguf::Writer& writer() { return writer_; }
+    std::vector<std::byte> bytes() const { return writer_.to_bytes(); }
+
+  private:
+    std::vector<float> random_values(std::size_t n, float center, float spread) {
+        std::normal_distribution<float> normal(center, spread);
+        std::vector<float> v(n);
+        for (float& x : v) x = normal(random_);
+        return v;
+    }
+    void add_f32(std::string const& name, std::vector<std::uint64_t> dims,
+                 std::vector<float> const& v) {
+        writer_.add_tensor(name, gguf::TensorType::f32, std::move(dims),
+                           std::as_bytes(std::span(v)));
+    }
+    // [rows][cols] as GGUF stores it: ne0 = cols (the input features).
+    void matrix(std::string const& name, int cols, int rows, float spread = 0) {
+        float const s = spread > 0 ? spread : scale_ / std::sqrt(static_cast<float>(cols) / 64.0f);
+        add_f32(name, {static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(rows)},
+                random_values(static_cast<std::size_t>(rows) * cols, 0.0f, s));
+    }
+    void vector(std::string const& name, int n, float center, float spread) {
+        add_f32(name, {static_cast<std::uint64_t>(n)},
+                random_values(static_cast<std::size_t>(n), center, spread));
+    }
+    void norm(std::string const& name, int n) { vector(name, n, 1.0f, 0.1f); }
+
+    ModelConfig config_;
+    std::mt19937_64 random_;
+    float scale_;
+    gguf::Writer writer_;
+};
+
+}  // namespace tinfer::gguf
