@@ -181,6 +181,14 @@ BOOST_AUTO_TEST_CASE(sliding_window) {
     check_attention<16, 2, 100>(5);
 }
 
+// MQA: a single KV head serves every query head (kv_heads = 1), here SmolLM2's 9 query heads
+// on head_dim 64, global and sliding; every head reads the one KV head, and a group larger than
+// any GQA case above is run whole.
+BOOST_AUTO_TEST_CASE(mqa_one_kv_head_serves_every_query_head) {
+    check_attention<64, 9, 0, 1>(9);
+    check_attention<64, 9, 37, 1>(10);
+}
+
 // Gemma 3 270M's shape: MQA (one KV head for 4 query heads), head_dim 256, global and
 // sliding; and a query scale other than 1/sqrt(head_dim) (query_pre_attn_scalar).
 BOOST_AUTO_TEST_CASE(mqa_head_dim_256_gemma3_shape) {
