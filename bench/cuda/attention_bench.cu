@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <numeric>
 #include <random>
 #include <string>
@@ -242,8 +243,16 @@ void bench_prefill() {
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (device_count() == 0) {
-        std::printf("no CUDA device: skipped\n");
+    // No GPU on this machine: skipped (77); a GPU CUDA cannot use: a failure (device_probe.hpp).
+    int devices = 0;
+    try {
+        devices = device_count();
+    } catch (std::exception const& error) {
+        std::printf("FAILED: %s\n", error.what());
+        return 1;
+    }
+    if (devices == 0) {
+        std::printf("no CUDA device (no GPU on this machine): skipped\n");
         return 77;
     }
     try {

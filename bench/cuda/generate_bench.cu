@@ -154,8 +154,16 @@ void bench(std::string const& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (kernels::cuda::device_count() == 0) {
-        std::printf("no CUDA device: skipped\n");
+    // No GPU on this machine: skipped (77); a GPU CUDA cannot use: a failure (device_probe.hpp).
+    int devices = 0;
+    try {
+        devices = kernels::cuda::device_count();
+    } catch (std::exception const& error) {
+        std::printf("FAILED: %s\n", error.what());
+        return 1;
+    }
+    if (devices == 0) {
+        std::printf("no CUDA device (no GPU on this machine): skipped\n");
         return 77;
     }
     std::string path = argc > 1 ? argv[1] : "";

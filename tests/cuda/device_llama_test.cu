@@ -253,7 +253,14 @@ void test_device_llama(Checker& checker, char const* path) {
 
 int main() {
     char const* path = std::getenv("TINFER_MODEL_PATH");
-    if (kernels::cuda::device_count() > 0 && (path == nullptr || !std::filesystem::exists(path))) {
+    // device_count() throws where the machine shows a GPU CUDA cannot use: run_device_tests
+    // reports that as a failure, so only a working device makes the model's absence a skip.
+    int devices = 0;
+    try {
+        devices = kernels::cuda::device_count();
+    } catch (std::exception const&) {
+    }
+    if (devices > 0 && (path == nullptr || !std::filesystem::exists(path))) {
         std::printf(
             "cuda_device_llama_test: model not found at '%s' (scripts/fetch_model.sh): "
             "skipped\n",

@@ -3,7 +3,10 @@
 // of the range a weight's exponent takes, with exact values where the samplers rely on them
 // (e^0 = 1: the best token weighs 1; -inf and deep underflow give 0; NaN stays NaN). The device
 // side is compared with this bitwise by cuda_sampling_test on a GPU.
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include <boost/test/unit_test.hpp>
@@ -34,9 +37,8 @@ BOOST_AUTO_TEST_CASE(sampling_exp_is_accurate_and_monotone) {
     float worst_at = 0;
     long decreasing = 0, checked = 0;
     float previous = 0;
-    constexpr int stride = 61;  // every 61st float: all exponents, varied mantissas
-    float x = -104.0f;
-    while (x < 89.0f) {
+    constexpr std::uint32_t stride = 61;  // every 61st float: all exponents, varied mantissas
+    auto const check = [&](float x) {
         float const y = sampling_exp(x);
         double const error = ulps(y, std::exp(static_cast<double>(x)));
         if (error > worst) {
@@ -46,8 +48,14 @@ BOOST_AUTO_TEST_CASE(sampling_exp_is_accurate_and_monotone) {
         if (checked > 0 && y < previous) ++decreasing;
         previous = y;
         ++checked;
-        for (int i = 0; i < stride; ++i) x = std::nextafter(x, 100.0f);
-    }
+    };
+    // Increasing x: the negative floats from -104 up to -0 have decreasing bit patterns, the
+    // positive ones from +0 up to 89 increasing ones.
+    for (std::uint32_t bits = std::bit_cast<std::uint32_t>(-104.0f); bits > 0x8000'0000u;
+         bits -= std::min(stride, bits - 0x8000'0000u))
+        check(std::bit_cast<float>(bits));
+    for (std::uint32_t bits = 0; bits < std::bit_cast<std::uint32_t>(89.0f); bits += stride)
+        check(std::bit_cast<float>(bits));
     BOOST_TEST_MESSAGE(checked << " inputs, worst " << worst << " ulp at " << worst_at);
     BOOST_TEST(worst <= 2.0, "worst error " << worst << " ulp at " << worst_at);
     BOOST_TEST(decreasing == 0);

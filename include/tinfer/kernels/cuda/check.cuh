@@ -23,13 +23,6 @@ struct CudaError : Error {
           code(error) {}
 };
 
-inline void check(cudaError_t error, char const* what,
-                  std::source_location where = std::source_location::current()) {
-    if (error == cudaSuccess) return;
-    throw CudaError(
-        error, std::string(what) + " at " + where.file_name() + ":" + std::to_string(where.line()));
-}
-
 // Kernel execution failures: a kernel that has not run yet cannot have caused them, so when a
 // launch reports one, it belongs to work queued earlier (CUDA reports it at the next call).
 inline bool is_earlier_kernel_failure(cudaError_t error) {
@@ -48,6 +41,16 @@ inline bool is_earlier_kernel_failure(cudaError_t error) {
         default:
             return false;
     }
+}
+
+inline void check(cudaError_t error, char const* what,
+                  std::source_location where = std::source_location::current()) {
+    if (error == cudaSuccess) return;
+    // A synchronisation or copy that reports a kernel's execution failure did not cause it.
+    std::string const blame =
+        is_earlier_kernel_failure(error) ? " (a kernel queued earlier failed; reported here)" : "";
+    throw CudaError(error, std::string(what) + " at " + where.file_name() + ":" +
+                               std::to_string(where.line()) + blame);
 }
 
 inline std::string launch_site(char const* kernel, std::source_location const& where) {
