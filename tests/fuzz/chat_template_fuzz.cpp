@@ -97,8 +97,8 @@ void check_tokenized(Model const& model, std::string const& rendered,
     fuzz::check_ids_in_vocabulary(t, ids, rendered);
     std::vector<std::int32_t> const body = t.encode(rendered);
     if (auto const expected = fuzz::promised_round_trip(t, rendered, body)) {
-        fuzz::check(t.decode(body) == *expected,
-                    "the rendered prompt does not decode back: " + fuzz::c_literal(rendered));
+        FUZZ_CHECK(t.decode(body) == *expected,
+                   "the rendered prompt does not decode back: " + fuzz::c_literal(rendered));
     }
     bool const plain = std::none_of(messages.begin(), messages.end(), [](ChatMessage const& m) {
         return m.role.find('<') != std::string::npos || m.content.find('<') != std::string::npos;
@@ -107,12 +107,12 @@ void check_tokenized(Model const& model, std::string const& rendered,
     std::string_view const marker =
         model.chat.format() == ChatFormat::gemma ? "<start_of_turn>" : "<|im_start|>";
     auto const marker_id = t.find_token_text(marker);
-    fuzz::check(marker_id.has_value(), "the tokenizer has no token " + std::string(marker));
+    FUZZ_CHECK(marker_id.has_value(), "the tokenizer has no token " + std::string(marker));
     auto const tokens = static_cast<std::size_t>(std::count(body.begin(), body.end(), *marker_id));
-    fuzz::check(tokens == count(rendered, marker),
-                std::to_string(count(rendered, marker)) + " turns rendered but " +
-                    std::to_string(tokens) + " " + std::string(marker) + " tokens in " +
-                    fuzz::c_literal(rendered));
+    FUZZ_CHECK(tokens == count(rendered, marker),
+               std::to_string(count(rendered, marker)) + " turns rendered but " +
+                   std::to_string(tokens) + " " + std::string(marker) + " tokens in " +
+                   fuzz::c_literal(rendered));
 }
 
 void check_from_jinja(std::string const& source) {
@@ -122,17 +122,17 @@ void check_from_jinja(std::string const& source) {
                         source.find("<|im_end|>") != std::string::npos;
     try {
         ChatTemplate const chat = ChatTemplate::from_jinja(source);
-        fuzz::check(gemma || chatml, "from_jinja accepted " + fuzz::c_literal(source));
-        fuzz::check((chat.format() == ChatFormat::gemma) == gemma,
-                    "from_jinja took the wrong format for " + fuzz::c_literal(source));
+        FUZZ_CHECK(gemma || chatml, "from_jinja accepted " + fuzz::c_literal(source));
+        FUZZ_CHECK((chat.format() == ChatFormat::gemma) == gemma,
+                   "from_jinja took the wrong format for " + fuzz::c_literal(source));
         if (auto const& system = chat.default_system()) {
-            fuzz::check(!system->empty() && system->find_first_of("'\"{}") == std::string::npos &&
-                            source.find(*system) != std::string::npos,
-                        "from_jinja's default system message is not a literal of the source: " +
-                            fuzz::c_literal(*system));
+            FUZZ_CHECK(!system->empty() && system->find_first_of("'\"{}") == std::string::npos &&
+                           source.find(*system) != std::string::npos,
+                       "from_jinja's default system message is not a literal of the source: " +
+                           fuzz::c_literal(*system));
         }
     } catch (tinfer::Error const&) {
-        fuzz::check(!gemma && !chatml, "from_jinja refused " + fuzz::c_literal(source));
+        FUZZ_CHECK(!gemma && !chatml, "from_jinja refused " + fuzz::c_literal(source));
     }
 }
 
@@ -141,12 +141,12 @@ void check_from_jinja(std::string const& source) {
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
     smollm2 = load("TINFER_MODEL_PATH");
     gemma3 = load("TINFER_GEMMA3_PATH");
-    fuzz::check(
+    FUZZ_CHECK(
         smollm2->chat.format() == ChatFormat::chatml &&
             smollm2->chat.default_system() == std::string(tinfer::tok::smollm2_default_system),
         "SmolLM2's file template is not read as ChatML with its default system message");
-    fuzz::check(gemma3->chat.format() == ChatFormat::gemma,
-                "Gemma 3's file is not given Gemma's template");
+    FUZZ_CHECK(gemma3->chat.format() == ChatFormat::gemma,
+               "Gemma 3's file is not given Gemma's template");
     return 0;
 }
 
@@ -164,8 +164,8 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
     switch (which % 6) {
         case 0: {  // plain ChatML, no default system message
             std::string const out = ChatTemplate().render(messages, generation_prompt);
-            fuzz::check(out == chatml_reference(std::nullopt, messages, generation_prompt),
-                        "ChatML render differs: " + fuzz::c_literal(out));
+            FUZZ_CHECK(out == chatml_reference(std::nullopt, messages, generation_prompt),
+                       "ChatML render differs: " + fuzz::c_literal(out));
             check_tokenized(*smollm2, out, messages);
             break;
         }
@@ -173,11 +173,11 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
         case 2: {  // SmolLM2, from its file
             ChatTemplate const chat = which % 6 == 1 ? ChatTemplate::smollm2() : smollm2->chat;
             std::string const out = chat.render(messages, generation_prompt);
-            fuzz::check(out == chatml_reference(std::string(tinfer::tok::smollm2_default_system),
-                                                messages, generation_prompt),
-                        "SmolLM2 render differs: " + fuzz::c_literal(out));
-            fuzz::check(out == tinfer::tok::render_chat(messages, generation_prompt),
-                        "render_chat differs from SmolLM2's template");
+            FUZZ_CHECK(out == chatml_reference(std::string(tinfer::tok::smollm2_default_system),
+                                               messages, generation_prompt),
+                       "SmolLM2 render differs: " + fuzz::c_literal(out));
+            FUZZ_CHECK(out == tinfer::tok::render_chat(messages, generation_prompt),
+                       "render_chat differs from SmolLM2's template");
             check_tokenized(*smollm2, out, messages);
             break;
         }
@@ -185,8 +185,8 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
         case 4: {  // Gemma, from its file
             ChatTemplate const chat = which % 6 == 3 ? ChatTemplate::gemma() : gemma3->chat;
             std::string const out = chat.render(messages, generation_prompt);
-            fuzz::check(out == gemma_reference(messages, generation_prompt),
-                        "Gemma render differs: " + fuzz::c_literal(out));
+            FUZZ_CHECK(out == gemma_reference(messages, generation_prompt),
+                       "Gemma render differs: " + fuzz::c_literal(out));
             check_tokenized(*gemma3, out, messages);
             break;
         }

@@ -124,16 +124,16 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
     // header before it parses again after a short read, so a bad field in a header that never
     // ends is found at once in one read, as an unfinished message in several); whether it is
     // refused, and what an accepted one says, may not.
-    fuzz::check(a.done == b.done && (!a.done || (a.used == b.used && a.message == b.message)),
-                "parsing depends on how the stream is cut: in pieces '" + a.error + "' done " +
-                    std::to_string(a.done) + " used " + std::to_string(a.used) + ", whole '" +
-                    b.error + "' done " + std::to_string(b.done) + " used " +
-                    std::to_string(b.used) + " for " + fuzz::c_literal(stream, 400));
+    FUZZ_CHECK(a.done == b.done && (!a.done || (a.used == b.used && a.message == b.message)),
+               "parsing depends on how the stream is cut: in pieces '" + a.error + "' done " +
+                   std::to_string(a.done) + " used " + std::to_string(a.used) + ", whole '" +
+                   b.error + "' done " + std::to_string(b.done) + " used " +
+                   std::to_string(b.used) + " for " + fuzz::c_literal(stream, 400));
     if (!a.done) return 0;
 
     auto const& request = in_pieces.get();
-    fuzz::check(request.body().size() <= serve::http_limits::default_max_body_bytes,
-                "a body over body_limit was accepted");
+    FUZZ_CHECK(request.body().size() <= serve::http_limits::default_max_body_bytes,
+               "a body over body_limit was accepted");
     std::string_view const target(request.target().data(), request.target().size());
     bool const chat = target.starts_with("/v1/chat/completions");
     bool const completion = target.starts_with("/v1/completions");

@@ -4,6 +4,7 @@ target's input layout; the files are committed so CI does not need this script).
 target's seeds are made at run time by gguf_fuzz_seeds.cpp from the project's own writer."""
 import json
 import os
+import random
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -132,10 +133,14 @@ RAW_BODIES = {
 
 
 def body_seeds(target):
+    """First byte < 0x80: the body as it is; >= 0x80: bytes the target builds a body from."""
     for name, body in BODIES.items():
-        write(target, name + ".json", json.dumps(body).encode())
+        write(target, name + ".json", b"\x00" + json.dumps(body).encode())
     for name, body in RAW_BODIES.items():
-        write(target, name + ".json", body)
+        write(target, name + ".json", b"\x00" + body)
+    rng = random.Random(19)
+    for i in range(8):
+        write(target, "structured_%d" % i, b"\x80" + bytes(rng.randrange(256) for _ in range(64 + 32 * i)))
 
 
 # --- HTTP requests (http_request_fuzz.cpp): cut count, cut offsets (uint16), the stream -------

@@ -17,9 +17,9 @@ namespace fuzz {
 enum class Endpoint : std::uint8_t { chat, completion };
 
 inline void check_refusal(serve::ApiError const& e, std::string const& body) {
-    check(e.status == 400,
-          "ApiError status " + std::to_string(e.status) + " for body " + c_literal(body));
-    check(std::string_view(e.what()).size() > 0, "ApiError without a message");
+    FUZZ_CHECK(e.status == 400,
+               "ApiError status " + std::to_string(e.status) + " for body " + c_literal(body));
+    FUZZ_CHECK(std::string_view(e.what()).size() > 0, "ApiError without a message");
     // The server dumps the error object; a message holding ill-formed UTF-8 would throw there.
     (void)serve::error_object(e).dump();
 }
@@ -27,7 +27,7 @@ inline void check_refusal(serve::ApiError const& e, std::string const& body) {
 inline void check_accepted(serve::OpenAiRequest const& r, Endpoint endpoint,
                            std::string const& body) {
     auto const expect = [&](bool ok, char const* what) {
-        check(ok, std::string("accepted request breaks '") + what + "': " + c_literal(body));
+        FUZZ_CHECK(ok, std::string("accepted request breaks '") + what + "': " + c_literal(body));
     };
     expect(r.chat == (endpoint == Endpoint::chat), "chat flag");
     expect(r.n >= 1 && r.n <= serve::max_choices, "1 <= n <= max_choices");
@@ -74,7 +74,7 @@ inline void check_body(std::string const& body, Endpoint endpoint) {
         check_refusal(e, body);
         return;
     }
-    check(parsed.is_object(), "parse_body returned a non-object for " + c_literal(body));
+    FUZZ_CHECK(parsed.is_object(), "parse_body returned a non-object for " + c_literal(body));
     try {
         serve::OpenAiRequest const r = endpoint == Endpoint::chat
                                            ? serve::parse_chat_request(parsed)

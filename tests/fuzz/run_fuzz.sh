@@ -116,6 +116,17 @@ fi
 dict=()
 [ -f "$fuzz_dir/$target.dict" ] && dict=("-dict=$fuzz_dir/$target.dict")
 
+# Reports with file:line: clang 16's runtime does not find Debian's unversioned symbolizer.
+if [ -z "${ASAN_SYMBOLIZER_PATH:-}" ]; then
+    for symbolizer in llvm-symbolizer-16 llvm-symbolizer; do
+        if command -v "$symbolizer" >/dev/null 2>&1; then
+            export ASAN_SYMBOLIZER_PATH=$(command -v "$symbolizer")
+            break
+        fi
+    done
+fi
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
+
 log="$work_dir/fuzz.log"
 rm -f "$work_dir"/crash-* "$work_dir"/leak-* "$work_dir"/timeout-* "$work_dir"/oom-*
 # New inputs go to corpus/ (in the build tree); the seeds are read only.

@@ -14,8 +14,8 @@ tinfer::tok::Tokenizer const* tokenizer = nullptr;
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
     tokenizer = new tinfer::tok::Tokenizer(
         tinfer::tok::tokenizer_from_gguf(fuzz::open_model("TINFER_MODEL_PATH")));
-    fuzz::check(tokenizer->model() == tinfer::tok::TokenizerModel::byte_level_bpe,
-                "TINFER_MODEL_PATH's tokenizer is not byte-level BPE");
+    FUZZ_CHECK(tokenizer->model() == tinfer::tok::TokenizerModel::byte_level_bpe,
+               "TINFER_MODEL_PATH's tokenizer is not byte-level BPE");
     return 0;
 }
 

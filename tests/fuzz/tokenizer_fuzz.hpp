@@ -7,8 +7,8 @@
 //         pre-tokenizer's pieces partition the text (byte-level BPE).
 //   ids   : the rest as little-endian int32 token ids, raw or folded onto the vocabulary's
 //         edges; decode must throw tinfer::Error exactly when an id is outside the vocabulary,
-//         and otherwise streaming decode must hand out whole UTF-8 pieces that add up to the
-//         same bytes.
+//         and otherwise streaming decode must hand out pieces that add up to the same bytes,
+//         each whole UTF-8 when those bytes are.
 //   ids -> text -> ids: decoded text encodes back to tokens that decode to it again.
 // Anything else escaping, a sanitizer report or a failed check is a crash.
 #include <cstddef>
@@ -83,8 +83,8 @@ inline std::optional<std::string> promised_round_trip(Tokenizer const& t, std::s
 inline void check_ids_in_vocabulary(Tokenizer const& t, std::vector<TokenId> const& ids,
                                     std::string_view text) {
     for (TokenId const id : ids)
-        check(in_vocabulary(t, id), "encode gave id " + std::to_string(id) +
-                                        " outside the vocabulary for " + c_literal(text));
+        FUZZ_CHECK(in_vocabulary(t, id), "encode gave id " + std::to_string(id) +
+                                             " outside the vocabulary for " + c_literal(text));
 }
 
 inline void check_text(Tokenizer const& t, std::string_view text) {
@@ -92,20 +92,20 @@ inline void check_text(Tokenizer const& t, std::string_view text) {
         char const* const how = specials == SpecialTokens::parse ? "parse" : "as_text";
         std::vector<TokenId> const ids = t.encode(text, specials);
         check_ids_in_vocabulary(t, ids, text);
-        check(t.encode(text, specials) == ids,
-              std::string("a second encode (") + how + ") differs for " + c_literal(text));
+        FUZZ_CHECK(t.encode(text, specials) == ids,
+                   std::string("a second encode (") + how + ") differs for " + c_literal(text));
         if (specials == SpecialTokens::as_text) {
             for (TokenId const id : ids)
-                check(t.token_type(id) != TokenType::control,
-                      "encode(as_text) gave control token " + std::to_string(id) + " " +
-                          c_literal(t.token_text(id)) + " for " + c_literal(text));
+                FUZZ_CHECK(t.token_type(id) != TokenType::control,
+                           "encode(as_text) gave control token " + std::to_string(id) + " " +
+                               c_literal(t.token_text(id)) + " for " + c_literal(text));
         }
         std::string const decoded = t.decode(ids);
         if (auto const expected = promised_round_trip(t, text, ids)) {
-            check(decoded == *expected, std::string("decode(encode(s, ") + how +
-                                            ")) != s: s = " + c_literal(text) + ", ids " +
-                                            show_ids(ids) + ", got " + c_literal(decoded) +
-                                            ", expected " + c_literal(*expected));
+            FUZZ_CHECK(decoded == *expected, std::string("decode(encode(s, ") + how +
+                                                 ")) != s: s = " + c_literal(text) + ", ids " +
+                                                 show_ids(ids) + ", got " + c_literal(decoded) +
+                                                 ", expected " + c_literal(*expected));
         }
         (void)t.decode(ids, SpecialText::skip);
     }
@@ -115,12 +115,12 @@ inline void check_text(Tokenizer const& t, std::string_view text) {
         // The pieces are consecutive substrings of the text that cover all of it.
         char const* next = text.data();
         tinfer::tok::pre_tokenize(t.pre_tokenizer(), text, [&](std::string_view piece) {
-            check(!piece.empty() && piece.data() == next,
-                  "pre-tokenizer pieces do not partition " + c_literal(text));
+            FUZZ_CHECK(!piece.empty() && piece.data() == next,
+                       "pre-tokenizer pieces do not partition " + c_literal(text));
             next += piece.size();
         });
-        check(next == text.data() + text.size(),
-              "pre-tokenizer pieces do not cover " + c_literal(text));
+        FUZZ_CHECK(next == text.data() + text.size(),
+                   "pre-tokenizer pieces do not cover " + c_literal(text));
     }
 }
 
@@ -149,37 +149,42 @@ inline void check_ids(Tokenizer const& t, std::vector<TokenId> const& ids) {
         std::string decoded;
         try {
             decoded = t.decode(ids, specials);
-            check(valid, "decode accepted an id outside the vocabulary: " + show_ids(ids));
+            FUZZ_CHECK(valid, "decode accepted an id outside the vocabulary: " + show_ids(ids));
         } catch (tinfer::Error const& e) {
-            check(!valid, std::string("decode refused ids that are all in the vocabulary: ") +
-                              e.what() + " " + show_ids(ids));
-            check(
+            FUZZ_CHECK(!valid, std::string("decode refused ids that are all in the vocabulary: ") +
+                                   e.what() + " " + show_ids(ids));
+            FUZZ_CHECK(
                 std::string_view(e.what()).find("outside the vocabulary") != std::string_view::npos,
                 std::string("decode's error does not say what is wrong: ") + e.what());
             continue;
         }
-        // Streaming decode: whole characters out, the same bytes in all.
+        // Streaming decode: the same bytes in all and, when they are well-formed UTF-8, whole
+        // characters in every piece (ill-formed bytes are handed out as soon as the next byte
+        // shows they can never complete, so a piece may then end in a broken sequence).
+        std::string const raw = raw_bytes(t, ids, specials);
+        bool const well_formed = valid_utf8(raw);
         tinfer::tok::StreamDetokenizer stream(t, specials);
         std::string streamed;
         for (TokenId const id : ids) {
             std::string const piece = stream.push(id);
-            check(tinfer::tok::utf8_complete_prefix(piece) == piece.size(),
-                  "the streaming decoder handed out an unfinished character " + c_literal(piece));
+            FUZZ_CHECK(!well_formed || valid_utf8(piece),
+                       "the streaming decoder handed out a broken character " + c_literal(piece) +
+                           " from well-formed text, ids " + show_ids(ids));
             streamed += piece;
         }
         streamed += stream.finish();
-        check(streamed == raw_bytes(t, ids, specials),
-              "streamed text differs from the tokens' bytes for " + show_ids(ids));
+        FUZZ_CHECK(streamed == raw,
+                   "streamed text differs from the tokens' bytes for " + show_ids(ids));
         if (specials == SpecialText::keep) {
             // Decoded text encodes to tokens that decode to it again (the ids need not be the
             // same: many id sequences spell one text).
             std::vector<TokenId> const again = t.encode(decoded);
             if (auto const expected = promised_round_trip(t, decoded, again)) {
                 std::string const redecoded = t.decode(again);
-                check(redecoded == *expected, "decode(encode(decode(ids))) != decode(ids) for " +
-                                                  show_ids(ids) + ": text " + c_literal(decoded) +
-                                                  ", re-encoded " + show_ids(again) + ", got " +
-                                                  c_literal(redecoded));
+                FUZZ_CHECK(redecoded == *expected,
+                           "decode(encode(decode(ids))) != decode(ids) for " + show_ids(ids) +
+                               ": text " + c_literal(decoded) + ", re-encoded " + show_ids(again) +
+                               ", got " + c_literal(redecoded));
             }
         }
     }
@@ -189,9 +194,9 @@ inline void check_ids(Tokenizer const& t, std::vector<TokenId> const& ids) {
             (void)t.token_text(id);
             (void)t.token_type(id);
             (void)t.token_score(id);
-            check(in_vocabulary(t, id), "token_bytes accepted id " + std::to_string(id));
+            FUZZ_CHECK(in_vocabulary(t, id), "token_bytes accepted id " + std::to_string(id));
         } catch (tinfer::Error const&) {
-            check(!in_vocabulary(t, id), "token_bytes refused id " + std::to_string(id));
+            FUZZ_CHECK(!in_vocabulary(t, id), "token_bytes refused id " + std::to_string(id));
         }
         (void)t.ends_generation(id);
     }

@@ -14,8 +14,8 @@ tinfer::tok::Tokenizer const* tokenizer = nullptr;
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
     tokenizer = new tinfer::tok::Tokenizer(
         tinfer::tok::tokenizer_from_gguf(fuzz::open_model("TINFER_GEMMA3_PATH")));
-    fuzz::check(tokenizer->model() == tinfer::tok::TokenizerModel::sentencepiece,
-                "TINFER_GEMMA3_PATH's tokenizer is not SentencePiece");
+    FUZZ_CHECK(tokenizer->model() == tinfer::tok::TokenizerModel::sentencepiece,
+               "TINFER_GEMMA3_PATH's tokenizer is not SentencePiece");
     return 0;
 }
 
