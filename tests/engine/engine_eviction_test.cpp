@@ -10,6 +10,7 @@
 #include <tinfer/engine/engine.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 
+#include "step_until.hpp"
 #include "testing.hpp"
 
 using namespace tinfer;
@@ -88,11 +89,16 @@ void engine_matches_direct_loop() {
             if (!e.error.empty()) c.error = e.error;
         });
     }
-    while (engine.step()) {
-        for (int seq = 0; seq < 4; ++seq)
-            if (engine.cache().is_live(seq))
-                most_held = std::max(most_held, engine.cache().tokens(seq));
-    }
+    // Two requests of 40 + 48 tokens: 2 prefill chunks and 47 decodes each, batched.
+    bool working = true;
+    testing::step_until([&] { return !working; },
+                        [&] {
+                            working = engine.step();
+                            for (int seq = 0; seq < 4; ++seq)
+                                if (engine.cache().is_live(seq))
+                                    most_held = std::max(most_held, engine.cache().tokens(seq));
+                        },
+                        200, "both evicting requests finishing");
     BOOST_TEST_MESSAGE("most cache slots held after a step: " << most_held);
     BOOST_TEST(most_held <= Eviction::max_kept());
     for (std::size_t i = 0; i < requests.size(); ++i) {

@@ -79,7 +79,7 @@ GenerationRequest greedy(Job const& j) {
 
 template <class Scheduler>
 std::vector<std::vector<std::int32_t>> run_together(std::vector<Job> const& jobs,
-                                                    std::size_t kv_bytes, int* preemptions,
+                                                    std::size_t kv_bytes, s::RunSummary* summary,
                                                     bool int8_activations = false) {
     Engine<Model, Scheduler> engine(
         model_file(),
@@ -92,7 +92,7 @@ std::vector<std::vector<std::int32_t>> run_together(std::vector<Job> const& jobs
         BOOST_TEST(c.error.empty(), c.error);
         tokens.push_back(c.tokens);
     }
-    if (preemptions) *preemptions = engine.metrics().summary().preemptions;
+    if (summary) *summary = engine.metrics().summary();
     BOOST_TEST(engine.cache().live_sequences() == 0);
     return tokens;
 }
@@ -133,18 +133,28 @@ BOOST_AUTO_TEST_CASE(batching_chunking_and_preemption_do_not_change_greedy_token
                                          {.kv_budget_bytes = 64ull << 20, .threads = 1});
         for (Job const& j : jobs) alone.push_back(engine.generate({greedy(j)}).front().tokens);
     }
-    int preemptions = 0;
+    s::RunSummary summary;
     // Roomy pools: batching and chunking alone.
     BOOST_TEST((run_together<Continuous>(jobs, 64ull << 20, nullptr) == alone));
     BOOST_TEST((run_together<Chunked>(jobs, 64ull << 20, nullptr) == alone));
     BOOST_TEST((run_together<Static>(jobs, 64ull << 20, nullptr) == alone));
     // Tight pools (8 blocks = 128 tokens): preemption by recompute and by swap.
-    BOOST_TEST((run_together<Chunked>(jobs, 8 * block_bytes, &preemptions) == alone));
-    BOOST_TEST_MESSAGE("recompute preemptions: " << preemptions);
-    BOOST_TEST(preemptions > 0);
-    BOOST_TEST((run_together<Swapping>(jobs, 8 * block_bytes, &preemptions) == alone));
-    BOOST_TEST_MESSAGE("swap preemptions: " << preemptions);
-    BOOST_TEST(preemptions > 0);
+    BOOST_TEST((run_together<Chunked>(jobs, 8 * block_bytes, &summary) == alone));
+    BOOST_TEST_MESSAGE("recompute preemptions: " << summary.preemptions);
+    BOOST_TEST(summary.preemptions > 0);
+    BOOST_TEST(summary.swap_outs == 0);
+    BOOST_TEST((run_together<Swapping>(jobs, 8 * block_bytes, &summary) == alone));
+    BOOST_TEST_MESSAGE("swap preemptions: " << summary.preemptions << ", " << summary.swap_outs
+                                            << " swap-outs of " << summary.swapped_out_blocks
+                                            << " blocks, " << summary.swap_ins << " swap-ins of "
+                                            << summary.swapped_in_blocks << " blocks");
+    // Swapped, not silently recomputed: the default host pool (256 MiB) holds every victim, so
+    // each preemption moved blocks out, and each came back before its request finished.
+    BOOST_TEST(summary.preemptions > 0);
+    BOOST_TEST(summary.swap_outs == summary.preemptions);
+    BOOST_TEST(summary.swap_ins == summary.swap_outs);
+    BOOST_TEST(summary.swapped_out_blocks >= summary.swap_outs);
+    BOOST_TEST(summary.swapped_in_blocks == summary.swapped_out_blocks);
     BOOST_TEST((run_together<Fair>(jobs, 8 * block_bytes, nullptr) == alone));
 }
 
@@ -172,11 +182,11 @@ BOOST_AUTO_TEST_CASE(int8_activations_keep_each_request_its_own_tokens) {
         }
         alone.push_back(std::move(tokens));
     }
-    int preemptions = 0;
+    s::RunSummary summary;
     BOOST_TEST((run_together<Chunked>(jobs, 64ull << 20, nullptr, true) == alone));
-    BOOST_TEST((run_together<Chunked>(jobs, 8 * block_bytes, &preemptions, true) == alone));
-    BOOST_TEST_MESSAGE("int8, recompute preemptions: " << preemptions);
-    BOOST_TEST(preemptions > 0);
+    BOOST_TEST((run_together<Chunked>(jobs, 8 * block_bytes, &summary, true) == alone));
+    BOOST_TEST_MESSAGE("int8, recompute preemptions: " << summary.preemptions);
+    BOOST_TEST(summary.preemptions > 0);
 }
 
 // Random arrivals and aborts on a pool that forces preemption: each request gets exactly one
@@ -208,7 +218,8 @@ BOOST_AUTO_TEST_CASE(soak_every_request_ends_exactly_once) {
         engine.step();
         ++steps;
     }
-    BOOST_TEST(steps < step_limit);
+    BOOST_TEST(steps < step_limit,
+               "the soak's requests did not all end within " << step_limit << " steps");
     BOOST_TEST(submitted.size() == jobs.size());
     for (s::RequestId const id : submitted) BOOST_TEST(final_events[id] == 1);
     BOOST_TEST(engine.cache().live_sequences() == 0);
