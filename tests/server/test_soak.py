@@ -35,12 +35,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import prometheus_text as prom  # noqa: E402
 from test_openai_clients import Server, check, http_request, missing_server_or_model  # noqa: E402
 
-# --max-model-len of the soaked server. At most the engine's prefill chunk (256): with longer
-# contexts, preemption made the engine throw "the scheduler planned more KV than the cache
-# holds" (--max-model-len 512 --kv-budget-mb 40 or 64, within 30 s), an engine fault this
-# test found (docs/server.md).
-CONTEXT = 256
-KV_BUDGET_MB = 24    # 34 blocks of 16 tokens for SmolLM2: two near-limit requests fill it
+# --max-model-len of the soaked server: twice the engine's prefill chunk (256), so a preempted
+# request comes back through a prefix-cache hit longer than its first chunk. That case made the
+# engine throw "the scheduler planned more KV than the cache holds" until the scheduler priced
+# the cached blocks an admission pins (kv/paged_cache.hpp admission_blocks); this test found it.
+CONTEXT = 512
+KV_BUDGET_MB = 40    # 58 blocks of 16 tokens for SmolLM2: two near-limit requests fill it
 MAX_QUEUE = 24
 
 

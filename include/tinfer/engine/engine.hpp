@@ -93,7 +93,9 @@ class Engine {
 
   public:
     static constexpr ModelConfig config = Model::config;
-    using Cache = typename Kv::template Cache<config>;
+    // Under tensor parallelism the cache holds this rank's KV heads (Model::local_config).
+    using Cache = typename Kv::template Cache<Model::local_config>;
+    using Parallel = typename Model::ParallelPolicy;
     using Batching = typename Scheduler::batching_policy;
     using RequestId = sched::RequestId;
     // Token eviction: after every step, a sequence holding more than Eviction::max_kept() cache
@@ -103,13 +105,22 @@ class Engine {
     static constexpr bool evicts = KvParts::evicts;
 
     // The engine owns the file: the model's weights are views into its mapping.
-    Engine(gguf::File file, EngineOptions options) requires std::default_initializable<Drafter>
-        : Engine(std::move(file), options, Drafter{}) {}
+    Engine(gguf::File file, EngineOptions options) requires std::default_initializable<Drafter> &&
+        std::default_initializable<Parallel> : Engine(std::move(file), options, Drafter{}) {}
 
-    Engine(gguf::File file, EngineOptions options, Drafter drafter)
+    Engine(gguf::File file, EngineOptions options,
+           Drafter drafter) requires std::default_initializable<Parallel>
+        : Engine(std::move(file), options, std::move(drafter), Parallel{}) {}
+
+    // A tensor-parallel rank: the policy (model::TensorParallel over a communicator) is given
+    // to the model when it is bound. Every rank runs its own Engine in lockstep: the same
+    // requests submitted in the same order and step() called alike, so every rank plans the
+    // same batches; the all-reduces inside the forward pass leave every rank the same logits,
+    // hence the same tokens.
+    Engine(gguf::File file, EngineOptions options, Drafter drafter, Parallel parallel)
         : file_(std::move(file)),
           options_(options),
-          model_(Model::bind(file_)),
+          model_(Model::bind(file_, std::move(parallel))),
           tokenizer_(tok::tokenizer_from_gguf(file_)),
           chat_(tok::chat_template_from_gguf(file_)),
           metrics_(options.clock),
@@ -229,7 +240,9 @@ class Engine {
         }
         int free_blocks() const { return engine->kv_.free_blocks(); }
         int blocks_needed(RequestId id, int length) const {
-            return engine->kv_.blocks_needed(kv_of(id), length);
+            auto const it = engine->live_.find(id);
+            return engine->kv_.blocks_needed(it == engine->live_.end() ? nullptr : &it->second,
+                                             length);
         }
         int reclaimable_blocks(RequestId id) const {
             return engine->kv_.reclaimable_blocks(kv_of(id));

@@ -52,11 +52,17 @@ class KvLifecycle {
 
     // ---- the scheduler's view: device blocks, plus the host pool for swapping ----
     int free_blocks() const { return cache_.available_blocks(); }
-    int blocks_needed(SequenceKv const* kv, int length) const {
+    int blocks_needed(LiveRequest const* r, int length) const {
+        SequenceKv const* kv = r ? &r->kv : nullptr;
         if (kv && kv->seq >= 0) return cache_.blocks_needed(kv->seq, length);
         // Swapped out: its import holds only what it held (a hybrid cache: the window).
         if (kv && kv->swapped_tokens > 0)
             return Cache::blocks_to_resume(kv->swapped_tokens, length);
+        // Admitted through the prefix cache, it pins the cached blocks it matches, all of them
+        // (also past `length`), and needs new ones only past them.
+        if (r && prefix_caching_)
+            return cache_.admission_blocks(
+                std::span<int const>(r->context.data(), r->context.size()), length);
         return Cache::blocks_for(length);
     }
     int reclaimable_blocks(SequenceKv const* kv) const {

@@ -228,6 +228,22 @@ class PagedKvCache {
         return {.seq = seq, .cached_tokens = match.tokens};
     }
 
+    // What admit(prompt, ...) and then reserve(seq, length) take from available_blocks():
+    // the new blocks past the cached prefix, plus the cached blocks it would pin that only the
+    // prefix cache holds now (they stop being evictable). A scheduler that priced a
+    // prefix-hit admission at blocks_for(length) alone would overcommit whenever the hit
+    // reaches past `length` (a chunked prefill's first chunk).
+    int admission_blocks(std::span<int const> prompt, int length) const {
+        std::size_t const matchable = prompt.empty() ? 0 : prompt.size() - 1;
+        std::vector<BlockId> path = prefix_.peek(prompt.first(matchable));
+        int const walked = static_cast<int>(path.size()) / group_count;
+        int const taken = usable_prefix(path, walked);
+        int pinned = 0;
+        for (std::size_t i = 0; i < static_cast<std::size_t>(taken) * group_count; ++i)
+            pinned += path[i] != dropped && pool_.ref_count(path[i]) == 1;
+        return group_count * std::max(0, logical_blocks_for(length) - taken) + pinned;
+    }
+
     // Makes positions [reserved, new_length) writable: allocates the blocks they fall in, and
     // copies the partly filled last block if it is shared. The sliding groups first release
     // their blocks before the window of the next query (at tokens(seq)). Returns false,

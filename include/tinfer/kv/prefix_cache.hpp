@@ -104,6 +104,21 @@ class PrefixCache {
         return found;
     }
 
+    // The entries match() would walk for `tokens` ([block][group]), without taking them:
+    // nothing is retained, touched or counted. What a scheduler prices an admission with.
+    std::vector<BlockId> peek(std::span<int const> tokens) const {
+        std::vector<BlockId> path;
+        int node = root;
+        for (std::size_t start = 0; start + BlockSize <= tokens.size(); start += BlockSize) {
+            auto const child = nodes_[index(node)].children.find(block_tokens(tokens, start));
+            if (child == nodes_[index(node)].children.end()) break;
+            node = child->second;
+            Row const& row = nodes_[index(node)].blocks;
+            path.insert(path.end(), row.begin(), row.end());
+        }
+        return path;
+    }
+
     // Caches the full blocks of `tokens` (blocks[i*Groups + g] holds tokens [i*BlockSize,
     // (i+1)*BlockSize) of group g, or is no_block). A prefix already cached keeps its blocks
     // (an absent entry of it takes the sequence's); the sequence's own copies stay private to
