@@ -61,6 +61,7 @@ requires ModelShape<Cfg> && ModelShape<Parallel::template local<Cfg>>
 class Llama {
   public:
     static constexpr ModelConfig config = Cfg;
+    using ParallelPolicy = Parallel;
     // The attention and FFN this process computes: Cfg, or one tensor-parallel rank's shard
     // (fewer heads, KV heads and FFN features; the same hidden size, layers and vocabulary).
     // The KV cache and the workspace are this shape's.
