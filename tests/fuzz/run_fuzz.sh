@@ -74,7 +74,7 @@ printf '%s\n' '#include <algorithm>' '#include <cstddef>' '#include <cstdint>' '
 if ! "$cxx" -std=c++20 -fsanitize=fuzzer,address,undefined "$probe" -o "$work_dir/probe" \
     2>"$work_dir/probe.log"; then
     head -n 20 "$work_dir/probe.log"
-    unavailable "$cxx cannot build a C++20 libFuzzer target with -fsanitize=fuzzer,address,undefined"
+    unavailable "$cxx cannot build a C++20 libFuzzer target with -fsanitize=fuzzer,address,undefined (clang 14 cannot build libstdc++ 12's std::ranges: scripts/setup.sh installs clang-16)"
 fi
 
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
