@@ -2,11 +2,13 @@
 // The OpenAI API's request and response bodies for /v1/completions and /v1/chat/completions:
 // parsing with every field's type and range checked (a wrong one is a 400 naming the field, in
 // OpenAI's error object), and the JSON of answers, stream chunks and logprobs.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -166,6 +168,99 @@ struct OpenAiRequest {
 inline constexpr int max_choices = 64;
 inline constexpr int max_stop_strings = 16;
 
+// Nothing is silently ignored: a top-level field this server does not act on is a 400 naming
+// it. Fields OpenAI documents but the server does not implement say why; any other field is
+// refused as unknown, as a strict server does (a typo such as "max_token" would otherwise run
+// with the default). Null counts as absent, as everywhere else.
+struct Unsupported {
+    char const* name;
+    char const* why;
+};
+
+inline constexpr Unsupported unsupported_fields[] = {
+    {"tools", "tool calling is not implemented"},
+    {"tool_choice", "tool calling is not implemented (only \"none\" is accepted)"},
+    {"parallel_tool_calls", "tool calling is not implemented"},
+    {"functions", "function calling is not implemented"},
+    {"function_call", "function calling is not implemented"},
+    {"response_format",
+     "structured output is not implemented yet; only {\"type\": \"text\"} is accepted"},
+    {"audio", "audio output is not implemented"},
+    {"modalities", "only text output is implemented"},
+    {"prediction", "predicted outputs are not implemented"},
+    {"web_search_options", "web search is not implemented"},
+    {"reasoning_effort", "the served model has no reasoning modes"},
+    {"verbosity", "the served model has no verbosity setting"},
+    {"service_tier", "this server has one service tier"},
+    {"store", "this server stores no completions (only false is accepted)"},
+    {"metadata", "this server stores no completions, so has nothing to tag"},
+    {"moderation", "moderation is not implemented"},
+    {"prompt_cache_key", "prefix caching is automatic here; it takes no key"},
+    {"prompt_cache_options", "prefix caching is automatic here; it takes no options"},
+    {"prompt_cache_retention", "prefix caching is automatic here; it takes no retention"},
+    {"safety_identifier", "not implemented; 'user' names a tenant for fair sharing"},
+    {"echo", "echoing the prompt is not implemented (only false is accepted)"},
+    {"suffix", "insertion (suffix) is not implemented"},
+    {"best_of", "best_of other than n is not implemented"},
+    {"logprobs", "not available on this endpoint"},
+    {"top_logprobs", "not available on this endpoint"},
+    {"max_completion_tokens", "not available on this endpoint; use max_tokens"},
+    {"messages", "not available on this endpoint"},
+    {"prompt", "not available on this endpoint"},
+};
+
+// Fields both generation endpoints act on (OpenAI's, and vLLM's sampling extensions).
+inline constexpr char const* common_fields[] = {"model",
+                                                "n",
+                                                "stream",
+                                                "stream_options",
+                                                "stop",
+                                                "seed",
+                                                "temperature",
+                                                "top_p",
+                                                "top_k",
+                                                "min_p",
+                                                "presence_penalty",
+                                                "frequency_penalty",
+                                                "repetition_penalty",
+                                                "logit_bias",
+                                                "ignore_eos",
+                                                "user",
+                                                "priority"};
+inline constexpr char const* completion_fields[] = {"prompt", "max_tokens", "logprobs", "echo",
+                                                    "best_of"};
+inline constexpr char const* chat_fields[] = {
+    "messages",     "max_completion_tokens", "max_tokens", "logprobs",
+    "top_logprobs", "response_format",       "store",      "tool_choice"};
+
+// Refuses every non-null field of `body` outside `common` and `own`.
+inline void refuse_unhandled_fields(json const& body, std::span<char const* const> own) {
+    auto const listed = [](std::span<char const* const> names, std::string const& key) {
+        for (char const* n : names)
+            if (key == n) return true;
+        return false;
+    };
+    for (auto const& [key, value] : body.items()) {
+        if (value.is_null() || listed(common_fields, key) || listed(own, key)) continue;
+        for (Unsupported const& u : unsupported_fields)
+            if (key == u.name)
+                throw ApiError(400, "'" + key + "' is not supported: " + u.why, key,
+                               "unsupported_parameter");
+        throw ApiError(400, "unknown field '" + key + "'", key, "unknown_parameter");
+    }
+}
+
+// Fields honoured only at their "off" value: anything else is refused naming the field.
+inline void refuse_unless(bool is_off, char const* name) {
+    if (is_off) return;
+    for (Unsupported const& u : unsupported_fields)
+        if (std::string_view(name) == u.name)
+            throw ApiError(400, "'" + std::string(name) + "' is not supported: " + u.why, name,
+                           "unsupported_parameter");
+    throw ApiError(400, "'" + std::string(name) + "' is not supported", name,
+                   "unsupported_parameter");
+}
+
 namespace detail {
 
 inline void read_common(Fields const& f, OpenAiRequest& r) {
@@ -179,6 +274,10 @@ inline void read_common(Fields const& f, OpenAiRequest& r) {
             throw ApiError(400, "'stream_options' is only allowed with 'stream': true",
                            "stream_options");
         r.include_usage = Fields(*options).boolean("include_usage").value_or(false);
+        for (auto const& [key, value] : options->items())
+            if (key != "include_usage" && !value.is_null())
+                throw ApiError(400, "'stream_options." + key + "' is not supported",
+                               "stream_options", "unsupported_parameter");
     }
     if (json const* stop = f.find("stop")) {
         if (stop->is_string()) {
@@ -232,9 +331,16 @@ inline void read_common(Fields const& f, OpenAiRequest& r) {
     }
     r.ignore_eos = f.boolean("ignore_eos").value_or(false);
     r.user = f.string("user").value_or("");
+    // The serving scheduler orders its queue by FairShare, not by priority: only the default
+    // is honoured.
     r.priority = static_cast<int>(f.integer("priority", std::numeric_limits<std::int32_t>::min(),
                                             std::numeric_limits<std::int32_t>::max())
                                       .value_or(0));
+    if (r.priority != 0)
+        throw ApiError(400,
+                       "'priority' is not supported: this server's queue order is fair share "
+                       "between users, not priority (only 0 is accepted)",
+                       "priority", "unsupported_parameter");
 }
 
 inline std::vector<std::int32_t> token_list(json const& list, char const* name) {
@@ -269,6 +375,7 @@ inline std::string message_content(json const& content) {
 
 inline OpenAiRequest parse_completion_request(json const& body) {
     Fields const f(body);
+    refuse_unhandled_fields(body, completion_fields);
     OpenAiRequest r;
     detail::read_common(f, r);
     json const* prompt = f.find("prompt");
@@ -309,18 +416,24 @@ inline OpenAiRequest parse_completion_request(json const& body) {
         r.sampling.logprobs = true;
         r.sampling.top_logprobs = static_cast<int>(*k);
     }
-    if (f.boolean("echo").value_or(false)) throw ApiError(400, "'echo' is not supported", "echo");
-    if (f.find("suffix")) throw ApiError(400, "'suffix' is not supported", "suffix");
-    if (auto const best_of = f.integer("best_of", 1, max_choices); best_of && *best_of != r.n)
-        throw ApiError(400, "'best_of' other than 'n' is not supported", "best_of");
+    refuse_unless(!f.boolean("echo").value_or(false), "echo");
+    auto const best_of = f.integer("best_of", 1, max_choices);
+    refuse_unless(!best_of || *best_of == r.n, "best_of");
     return r;
 }
 
 inline OpenAiRequest parse_chat_request(json const& body) {
     Fields const f(body);
+    refuse_unhandled_fields(body, chat_fields);
     OpenAiRequest r;
     r.chat = true;
     detail::read_common(f, r);
+    refuse_unless(!f.boolean("store").value_or(false), "store");
+    if (json const* choice = f.find("tool_choice")) refuse_unless(*choice == "none", "tool_choice");
+    if (json const* format = f.find("response_format"))
+        refuse_unless(
+            format->is_object() && format->size() == 1 && format->value("type", json()) == "text",
+            "response_format");
     json const* messages = f.find("messages");
     if (!messages) throw ApiError(400, "'messages' is required", "messages");
     if (!messages->is_array() || messages->empty())
@@ -332,19 +445,85 @@ inline OpenAiRequest parse_chat_request(json const& body) {
         if (role == "developer") role = "system";  // OpenAI's newer name for the same role
         if (role != "system" && role != "user" && role != "assistant" && role != "tool")
             throw ApiError(400, "unknown message role '" + role + "'", "messages");
+        // The chat template sees role and content only: a name, tool calls or a refusal
+        // would be dropped, so they are refused.
+        for (auto const& [key, value] : m.items())
+            if (key != "role" && key != "content" && !value.is_null())
+                throw ApiError(400, "a message's '" + key + "' is not supported", "messages",
+                               "unsupported_parameter");
         r.messages.push_back(
             {std::move(role), detail::message_content(m.value("content", json()))});
     }
-    // max_completion_tokens is the newer name; both are accepted.
+    // max_completion_tokens is the newer name; both are accepted, but not two different
+    // values (which one would win is a guess).
     for (char const* name : {"max_completion_tokens", "max_tokens"})
-        if (auto const m = f.integer(name, 1, std::numeric_limits<std::int32_t>::max()))
+        if (auto const m = f.integer(name, 1, std::numeric_limits<std::int32_t>::max())) {
+            if (r.max_tokens && *r.max_tokens != *m)
+                throw ApiError(400,
+                               "'max_tokens' and 'max_completion_tokens' differ; send one of "
+                               "them",
+                               "max_tokens");
             r.max_tokens = static_cast<int>(*m);
+        }
     bool const logprobs = f.boolean("logprobs").value_or(false);
     auto const top = f.integer("top_logprobs", 0, tinfer::kernels::max_top_logprobs);
     if (top && !logprobs)
         throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs");
     r.sampling.logprobs = logprobs;
     r.sampling.top_logprobs = static_cast<int>(top.value_or(0));
+    return r;
+}
+
+// vLLM's /tokenize: {"prompt": text} or {"messages": [...]} (rendered with the chat
+// template), with add_special_tokens (BOS/EOS as the file says; default true for both, since
+// the generation endpoints tokenize both that way and the count should equal their usage) and
+// add_generation_prompt (messages only).
+struct TokenizeRequest {
+    std::string model;
+    std::optional<std::string> prompt;
+    std::vector<tinfer::tok::ChatMessage> messages;
+    bool add_special_tokens = true;
+    bool add_generation_prompt = true;
+};
+
+inline TokenizeRequest parse_tokenize_request(json const& body) {
+    Fields const f(body);
+    static constexpr char const* fields[] = {"model", "prompt", "messages", "add_special_tokens",
+                                             "add_generation_prompt"};
+    for (auto const& [key, value] : body.items()) {
+        if (value.is_null() || std::ranges::find(fields, key) != std::end(fields)) continue;
+        throw ApiError(400, "unknown field '" + key + "'", key, "unknown_parameter");
+    }
+    TokenizeRequest r;
+    r.model = f.string("model").value_or("");
+    r.prompt = f.string("prompt");
+    bool const has_messages = f.find("messages") != nullptr;
+    if (r.prompt.has_value() == has_messages)
+        throw ApiError(400, "exactly one of 'prompt' (a string) and 'messages' is required",
+                       "prompt");
+    if (has_messages) r.messages = parse_chat_request({{"messages", body["messages"]}}).messages;
+    r.add_special_tokens = f.boolean("add_special_tokens").value_or(true);
+    r.add_generation_prompt = f.boolean("add_generation_prompt").value_or(true);
+    return r;
+}
+
+// vLLM's /detokenize: {"tokens": [ids]} -> {"prompt": text}.
+struct DetokenizeRequest {
+    std::string model;
+    std::vector<std::int32_t> tokens;
+};
+
+inline DetokenizeRequest parse_detokenize_request(json const& body) {
+    Fields const f(body);
+    for (auto const& [key, value] : body.items())
+        if (!value.is_null() && key != "model" && key != "tokens")
+            throw ApiError(400, "unknown field '" + key + "'", key, "unknown_parameter");
+    DetokenizeRequest r;
+    r.model = f.string("model").value_or("");
+    json const* tokens = f.find("tokens");
+    if (!tokens || !tokens->is_array())
+        throw ApiError(400, "'tokens' (a list of token ids) is required", "tokens");
+    r.tokens = detail::token_list(*tokens, "tokens");
     return r;
 }
 
