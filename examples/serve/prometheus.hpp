@@ -59,6 +59,10 @@ struct EngineSnapshot {
     int prefix_only_blocks = 0;
     int free_blocks = 0;
     std::int64_t preemptions = 0;
+    // Prompt-lookup speculation (--speculative-tokens): drafts proposed and kept, as vLLM's
+    // spec_decode counters.
+    std::int64_t draft_tokens = 0;
+    std::int64_t accepted_draft_tokens = 0;
 };
 
 // How a request ended, as vLLM labels tinfer:request_success_total.
@@ -156,6 +160,10 @@ class ServerMetrics {
                engine_.free_blocks);
         scalar("tinfer:num_preemptions_total", "counter", "Cumulative preemptions.",
                engine_.preemptions);
+        scalar("tinfer:spec_decode_num_draft_tokens_total", "counter",
+               "Draft tokens proposed by speculative decoding.", engine_.draft_tokens);
+        scalar("tinfer:spec_decode_num_accepted_tokens_total", "counter",
+               "Draft tokens speculative decoding kept.", engine_.accepted_draft_tokens);
         scalar("tinfer:prompt_tokens_total", "counter", "Prompt tokens admitted.", prompt_tokens_);
         scalar("tinfer:generation_tokens_total", "counter", "Tokens generated.",
                generation_tokens_);

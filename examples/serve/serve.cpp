@@ -3,6 +3,10 @@
 //
 //   POST /v1/completions, POST /v1/chat/completions   (JSON answers, or SSE with "stream")
 //   GET /v1/models, GET /health, GET /metrics          (Prometheus text format)
+//   POST /tokenize, POST /detokenize                   (vLLM's shapes)
+//
+// With --api-key, every route but /health and /metrics (probes and scrapers carry no key, as
+// with vLLM) needs `Authorization: Bearer <key>`; anything else is a 401.
 //
 // Threads: one engine thread runs Engine::serve() and every token callback. A few I/O threads
 // run every connection (http_server.hpp: event-driven, so an idle or trickling connection holds
@@ -67,6 +71,10 @@ using ServingEngineFor =
 // tokens and its client's hang-up wake it at once.
 constexpr auto state_check_interval = 200ms;
 
+// Past a few draft tokens prompt lookup rarely lands another; the cap keeps a drafted step far
+// below the step's row budget.
+constexpr int max_speculative_tokens = 64;
+
 struct Options {
     std::string model;
     std::string served_model_name;
@@ -86,7 +94,20 @@ struct Options {
     int workers = 2;
     int default_max_tokens = 512;
     std::string precision = "int8";
+    std::string api_key;  // empty: no authentication
+    bool prefix_caching = true;
+    int speculative_tokens = 0;  // γ of prompt-lookup speculation; 0: off
 };
+
+// Compares a presented key with the configured one in time that depends only on the
+// configured key's length, so response timing does not reveal how many leading bytes matched.
+bool same_secret(std::string_view presented, std::string_view expected) {
+    unsigned char difference = presented.size() != expected.size() ? 1 : 0;
+    for (std::size_t i = 0; i < expected.size(); ++i)
+        difference |=
+            static_cast<unsigned char>((i < presented.size() ? presented[i] : '\0') ^ expected[i]);
+    return difference == 0;
+}
 
 std::filesystem::path default_model_path() {
     char const* home = std::getenv("HOME");
@@ -553,7 +574,26 @@ class OpenAiServer {
         bool const get = req.method() == serve::http::verb::get;
         bool const post = req.method() == serve::http::verb::post;
         bool const generation = path == "/v1/completions" || path == "/v1/chat/completions";
-        if (generation && post) {
+        bool const tokens = path == "/tokenize" || path == "/detokenize";
+        if (!authorized(req, path)) {
+            serve::Reply reply = json_reply(
+                401, serve::error_object("a valid API key is required: send 'Authorization: "
+                                         "Bearer <key>' (--api-key)",
+                                         "invalid_request_error", "", "invalid_api_key"));
+            reply.headers.emplace_back("WWW-Authenticate", "Bearer");
+            exchange->reply(std::move(reply));
+        } else if (tokens && post) {
+            // Tokenizing a long prompt takes a while: off the I/O thread.
+            net::post(workers_, [this, exchange, detokenize = path == "/detokenize"] {
+                serve::Reply reply = answering_errors([&] {
+                    json const body = serve::parse_body(exchange->request().body());
+                    return detokenize ? detokenize_reply(body) : tokenize_reply(body);
+                });
+                exchange->post([exchange, reply = std::move(reply)]() mutable {
+                    exchange->reply(std::move(reply));
+                });
+            });
+        } else if (generation && post) {
             net::post(workers_, [this, exchange, chat = path == "/v1/chat/completions"] {
                 generate(exchange, chat);
             });
@@ -565,8 +605,8 @@ class OpenAiServer {
             exchange->reply({.content_type = "text/plain; version=0.0.4; charset=utf-8",
                              .body = metrics_.render()});
         } else {
-            bool const known =
-                generation || path == "/health" || path == "/v1/models" || path == "/metrics";
+            bool const known = generation || tokens || path == "/health" || path == "/v1/models" ||
+                               path == "/metrics";
             exchange->reply(error_reply(known ? 405 : 404, &req));
         }
     }
@@ -618,6 +658,50 @@ class OpenAiServer {
             json_reply(status, serve::error_object(message, type, "", code), close);
         if (status == 503) reply.headers.emplace_back("Retry-After", "1");
         return reply;
+    }
+
+    bool authorized(serve::HttpRequest const& req, std::string_view path) const {
+        if (options_.api_key.empty() || path == "/health" || path == "/metrics") return true;
+        auto const header = req[serve::http::field::authorization];
+        std::string_view const value(header.data(), header.size());
+        constexpr std::string_view scheme = "Bearer ";
+        if (!value.starts_with(scheme)) return false;
+        return same_secret(value.substr(scheme.size()), options_.api_key);
+    }
+
+    void check_model(std::string const& model) const {
+        if (!model.empty() && model != options_.served_model_name)
+            throw ApiError(404,
+                           "The model '" + model + "' does not exist; this server serves '" +
+                               options_.served_model_name + "'",
+                           "model", "model_not_found");
+    }
+
+    serve::Reply tokenize_reply(json const& body) const {
+        serve::TokenizeRequest const r = serve::parse_tokenize_request(body);
+        check_model(r.model);
+        auto const& tokenizer = engine_.tokenizer();
+        std::string const text =
+            r.prompt ? *r.prompt
+                     : engine_.chat_template().render(r.messages, r.add_generation_prompt);
+        std::vector<std::int32_t> const ids =
+            r.add_special_tokens ? tokenizer.encode_prompt(text) : tokenizer.encode(text);
+        return json_reply(200, {{"count", ids.size()},
+                                {"max_model_len", context_tokens_},
+                                {"tokens", ids},
+                                {"token_strs", nullptr}});
+    }
+
+    serve::Reply detokenize_reply(json const& body) const {
+        serve::DetokenizeRequest const r = serve::parse_detokenize_request(body);
+        check_model(r.model);
+        for (std::int32_t const t : r.tokens)
+            if (t >= ServingEngine::config.vocab)
+                throw ApiError(400,
+                               "token id " + std::to_string(t) + " is outside the vocabulary of " +
+                                   std::to_string(ServingEngine::config.vocab),
+                               "tokens");
+        return json_reply(200, {{"prompt", engine_.tokenizer().decode(r.tokens)}});
     }
 
     serve::Reply health() const {
@@ -722,11 +806,16 @@ class OpenAiServer {
                    .id = random_id(chat ? "chatcmpl-" : "cmpl-"),
                    .created = static_cast<std::int64_t>(std::time(nullptr))};
         serve::OpenAiRequest const& r = p.request;
-        if (!r.model.empty() && r.model != options_.served_model_name)
-            throw ApiError(404,
-                           "The model '" + r.model + "' does not exist; this server serves '" +
-                               options_.served_model_name + "'",
-                           "model", "model_not_found");
+        check_model(r.model);
+        // The sampler adds any finite bias to any token (OpenAI's [-100, 100] is checked when
+        // parsing); only ids past the vocabulary are refused, naming the field.
+        for (auto const& [token, bias] : r.sampling.logit_bias)
+            if (token >= ServingEngine::config.vocab)
+                throw ApiError(400,
+                               "'logit_bias' names token " + std::to_string(token) +
+                                   ", outside the vocabulary of " +
+                                   std::to_string(ServingEngine::config.vocab),
+                               "logit_bias");
         tokenize(p);
 
         int const sequences = static_cast<int>(p.prompts.size()) * r.n;
@@ -808,6 +897,10 @@ class OpenAiServer {
                                             .priority = r.priority,
                                             .tenant = tenant_of(r.user)};
                 g.sampling.seed = seed + static_cast<std::uint64_t>(i);
+                // Verification computes no log-probabilities, so a request that asks for them
+                // decodes without drafts (same tokens, one per step).
+                if (!r.sampling.logprobs && r.sampling.top_logprobs == 0)
+                    g.draft_tokens = options_.speculative_tokens;
                 requests.push_back(std::move(g));
             }
         }
@@ -849,7 +942,9 @@ class EngineObserver {
                                  .sequence_blocks = cache.sequence_blocks(),
                                  .prefix_only_blocks = cache.prefix_only_blocks(),
                                  .free_blocks = cache.free_blocks(),
-                                 .preemptions = engine_.metrics().summary().preemptions});
+                                 .preemptions = engine_.metrics().summary().preemptions,
+                                 .draft_tokens = engine_.speculation_stats().drafted,
+                                 .accepted_draft_tokens = engine_.speculation_stats().accepted});
     }
 
   private:
@@ -862,6 +957,7 @@ template <class ServingEngine>
 int run(Options const& options, sigset_t const& stop_signals, tinfer::gguf::File file) {
     ServingEngine engine(std::move(file), {.kv_budget_bytes = options.kv_budget_mb << 20,
                                            .threads = options.threads,
+                                           .prefix_caching = options.prefix_caching,
                                            .int8_activations = options.precision == "int8"});
     serve::ServerMetrics metrics(options.served_model_name);
     ServerState state;
@@ -1021,6 +1117,19 @@ int main(int argc, char** argv) {
                    "Chat answers' length when the request sets no max_tokens")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
+    app.add_option("--api-key", options.api_key,
+                   "Key clients must send as 'Authorization: Bearer <key>' (default: the "
+                   "TINFER_API_KEY environment variable; empty: no key). /health and /metrics "
+                   "stay open")
+        ->envname("TINFER_API_KEY");
+    app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", options.prefix_caching,
+                 "Reuse the KV of prompt prefixes other requests computed (default: on)");
+    app.add_option("--speculative-tokens", options.speculative_tokens,
+                   "Speculative decoding by prompt lookup (n-grams of 3 down to 1 tokens): "
+                   "draft tokens verified per decode step (0: off). Requests with logprobs "
+                   "decode without drafts")
+        ->capture_default_str()
+        ->check(CLI::Range(0, max_speculative_tokens));
     CLI11_PARSE(app, argc, argv);
     if (options.served_model_name.empty())
         options.served_model_name = std::filesystem::path(options.model).stem().string();
