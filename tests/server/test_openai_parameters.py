@@ -1,0 +1,469 @@
+#!/usr/bin/env python3
+"""Nothing silently ignored, and what operators expect, against the real model over loopback.
+
+  python3 tests/server/test_openai_parameters.py --server build/examples/serve --model M.gguf
+
+  - every parameter the installed `openai` client's chat.completions.create() and
+    completions.create() accept (read from their signatures with `inspect`; the version is
+    printed) is either honoured, with an observable effect, or refused with a 400 naming it; a
+    parameter the table below does not classify fails the test, so a client upgrade that adds
+    one cannot slip through unclassified. Unknown top-level fields are refused by name too.
+  - /tokenize and /detokenize in vLLM's shapes (count, max_model_len; a round trip; the counts
+    equal the generation endpoints' usage), and their hostile bodies;
+  - a client that disconnects mid-stream (the official client's stream closed after two
+    chunks): its sequence is aborted and its KV blocks go back to the pool
+    (tinfer:kv_cache_sequence_blocks back to 0, having been above 0 while it streamed);
+  - a second server with --api-key, --speculative-tokens, --no-enable-prefix-caching and
+    --max-model-len: 401 without the key (constant-time compare; /health and /metrics stay
+    open), the client with the key works; drafts are proposed and accepted and greedy output
+    is unchanged; no prefix-cache hits; the shorter context is offered and enforced. A
+    --speculative-tokens past its range is refused at start-up.
+Exit codes: 0 pass, 1 fail, 77 skipped (as test_openai_clients.py).
+"""
+import argparse
+import inspect
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_openai_clients import (Server, check, expect_error, http_request, metrics,  # noqa: E402
+                                 missing, missing_server_or_model, wait_for_metrics)
+
+failures = []
+MESSAGES = [{"role": "user", "content": "Write a list of fruits, one per line."}]
+PROMPT = "The list of fruits: apple, banana,"
+
+
+def create_parameters():
+    """The names each create() takes, less the transport's own."""
+    from openai.resources.chat.completions import Completions as Chat
+    from openai.resources.completions import Completions
+    transport = {"self", "extra_headers", "extra_query", "extra_body", "timeout"}
+
+    def names(f):
+        return [p for p in inspect.signature(f).parameters if p not in transport]
+    return names(Chat.create), names(Completions.create)
+
+
+def refused(call, name, **kwargs):
+    """The call is a 400 whose error names `name`."""
+    import openai
+    try:
+        call(**kwargs)
+    except openai.BadRequestError as e:
+        param = (e.body or {}).get("param") if isinstance(e.body, dict) else None
+        check(param == name, f"{name}: refused naming {param!r}: {e}")
+        return
+    check(False, f"{name}={kwargs} accepted: it must be honoured or refused")
+
+
+class Calls:
+    """Greedy and sampled calls on both endpoints, with the server's model."""
+
+    def __init__(self, server, client):
+        self.server, self.client, self.model = server, client, server.model_name
+
+    def chat(self, **kw):
+        kw.setdefault("model", self.model)
+        kw.setdefault("messages", MESSAGES)
+        if "max_completion_tokens" not in kw:
+            kw.setdefault("max_tokens", 8)
+        kw.setdefault("temperature", 0)
+        return self.client.chat.completions.create(**kw)
+
+    def comp(self, **kw):
+        kw.setdefault("model", self.model)
+        kw.setdefault("prompt", PROMPT)
+        kw.setdefault("max_tokens", 8)
+        kw.setdefault("temperature", 0)
+        return self.client.completions.create(**kw)
+
+    def chat_text(self, **kw):
+        return self.chat(**kw).choices[0].message.content
+
+    def comp_text(self, **kw):
+        return self.comp(**kw).choices[0].text
+
+
+def first_token(calls, endpoint):
+    """The greedy first token's id (through /tokenize of its text is ambiguous: logprobs)."""
+    if endpoint == "chat":
+        r = calls.chat(max_tokens=1, logprobs=True)
+        text = r.choices[0].logprobs.content[0].token
+    else:
+        r = calls.comp(max_tokens=1, logprobs=0)
+        text = r.choices[0].logprobs.tokens[0]
+    status, _, body = http_request(calls.server.port, "POST", "/tokenize",
+                                   {"prompt": text, "add_special_tokens": False})
+    tokens = json.loads(body)["tokens"]
+    check(status == 200 and len(tokens) == 1, f"first token {text!r} -> {tokens}")
+    return tokens[0]
+
+
+# Each parameter's check: it runs the parameter and asserts its effect (honoured) or its 400.
+def shared_checks(calls, call, text, endpoint):
+    greedy = text()
+    long_greedy = text(max_tokens=16)
+
+    def penalty(name):
+        def run():
+            # A negative penalty rewards repeating what was generated: greedily, a list turns
+            # into one word over and over ("grape, grape, ..."), where +2 may not overturn a
+            # confident model within 16 tokens.
+            changed = text(max_tokens=16, **{name: -2.0})
+            check(changed != long_greedy, f"{name}=-2 changed nothing: {changed!r}")
+        return run
+
+    def logit_bias():
+        banned = first_token(calls, endpoint)
+        out = text(max_tokens=1, logit_bias={str(banned): -100})
+        check(out != text(max_tokens=1), f"banning token {banned} left {out!r}")
+        # +100 on one token makes it every token.
+        port = calls.server.port
+        forced = json.loads(http_request(port, "POST", "/tokenize", {
+            "prompt": " zebra", "add_special_tokens": False})[2])["tokens"][0]
+        want = json.loads(http_request(port, "POST", "/detokenize",
+                                       {"tokens": [forced, forced]})[2])["prompt"]
+        out = text(max_tokens=2, logit_bias={str(forced): 100})
+        check(out == want, f"+100 on token {forced}: {out!r}, wanted {want!r}")
+
+    def max_tokens():
+        r = call(max_tokens=3, extra_body={"ignore_eos": True})
+        check(r.usage.completion_tokens == 3 and r.choices[0].finish_reason == "length",
+              f"max_tokens=3: {r.usage}")
+
+    def n():
+        r = call(n=3, temperature=1.0, seed=5)
+        check(sorted(c.index for c in r.choices) == [0, 1, 2], f"n=3: {r.choices}")
+
+    def seed():
+        a = text(temperature=1.0, seed=42, max_tokens=12)
+        check(a == text(temperature=1.0, seed=42, max_tokens=12), "seed does not repeat")
+        others = {text(temperature=1.0, seed=s, max_tokens=12) for s in (1, 2)}
+        check(len(others | {a}) > 1, "three seeds, one text: the seed is ignored")
+
+    def stop():
+        full = long_greedy
+        cut = full[len(full) // 2:len(full) // 2 + 2]
+        check(len(cut) == 2, f"too short: {full!r}")
+        r = call(max_tokens=16, stop=cut)
+        got = r.choices[0].message.content if endpoint == "chat" else r.choices[0].text
+        check(got == full[:full.find(cut)] and r.choices[0].finish_reason == "stop",
+              f"stop {cut!r}: {got!r}")
+
+    def stream():
+        pieces = []
+        for chunk in call(stream=True):
+            for c in chunk.choices:
+                pieces.append((c.delta.content if endpoint == "chat" else c.text) or "")
+        check("".join(pieces) == greedy, f"streamed {''.join(pieces)!r} != {greedy!r}")
+
+    def stream_options():
+        usage = [c.usage for c in call(stream=True, stream_options={"include_usage": True})
+                 if c.usage]
+        check(len(usage) == 1 and usage[0].completion_tokens > 0, f"usage chunks {usage}")
+
+    def temperature():
+        check(text() == greedy, "temperature 0 is not deterministic")
+        hot = {text(temperature=2.0, seed=s) for s in range(2)}
+        check(len(hot) > 1, "temperature 2 sampled one text from two seeds")
+
+    def top_p():
+        # The nucleus of a tiny top_p is the top token alone: sampling becomes greedy.
+        outs = {text(temperature=1.0, top_p=1e-6, seed=s) for s in range(2)}
+        check(outs == {greedy}, f"top_p=1e-6 sampled {outs} (greedy {greedy!r})")
+
+    def user():
+        # A tenant of the FairShare queue order: no effect a lone request can show, so the
+        # check is that it is accepted and leaves the answer alone.
+        check(text(user="tenant-a") == greedy, "user changed a greedy answer")
+
+    def model():
+        import openai
+        try:
+            call(model="no-such-model")
+            check(False, "an unknown model was served")
+        except openai.NotFoundError:
+            pass
+
+    return {"frequency_penalty": penalty("frequency_penalty"),
+            "presence_penalty": penalty("presence_penalty"), "logit_bias": logit_bias,
+            "max_tokens": max_tokens, "n": n, "seed": seed, "stop": stop, "stream": stream,
+            "stream_options": stream_options, "temperature": temperature, "top_p": top_p,
+            "user": user, "model": model}
+
+
+def chat_checks(calls):
+    c = calls.chat
+    checks = shared_checks(calls, c, calls.chat_text, "chat")
+
+    def logprobs():
+        r = c(logprobs=True, top_logprobs=2)
+        content = r.choices[0].logprobs.content
+        check(len(content) == r.usage.completion_tokens and
+              all(len(t.top_logprobs) == 2 for t in content), f"logprobs {content[:2]}")
+        check(c().choices[0].logprobs is None, "logprobs without asking")
+
+    def max_completion_tokens():
+        r = c(max_completion_tokens=2, extra_body={"ignore_eos": True})
+        check(r.usage.completion_tokens == 2, f"max_completion_tokens=2: {r.usage}")
+
+    def response_format():
+        check(c(response_format={"type": "text"}).choices[0].message.content == calls.chat_text(),
+              "response_format text changed the answer")
+        refused(c, "response_format", response_format={"type": "json_object"})
+        refused(c, "response_format", response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}})
+
+    def store():
+        check(c(store=False).choices, "store=False refused")
+        refused(c, "store", store=True)
+
+    def tool_choice():
+        check(c(tool_choice="none").choices, "tool_choice none refused")
+        refused(c, "tool_choice", tool_choice="auto")
+
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    refusals = {
+        "tools": [tool], "functions": [{"name": "f", "parameters": {"type": "object"}}],
+        "function_call": "auto", "parallel_tool_calls": False,
+        "audio": {"voice": "alloy", "format": "wav"}, "modalities": ["text"],
+        "metadata": {"k": "v"}, "moderation": {"enabled": True},
+        "prediction": {"type": "content", "content": "x"}, "prompt_cache_key": "k",
+        "prompt_cache_options": {"mode": "auto"}, "prompt_cache_retention": "24h",
+        "reasoning_effort": "low", "safety_identifier": "u1", "service_tier": "auto",
+        "verbosity": "low", "web_search_options": {}}
+    checks.update({"messages": lambda: check(calls.chat_text() != "", "empty answer"),
+                   "logprobs": logprobs, "top_logprobs": logprobs,
+                   "max_completion_tokens": max_completion_tokens,
+                   "response_format": response_format, "store": store,
+                   "tool_choice": tool_choice})
+    for name, value in refusals.items():
+        checks[name] = (lambda name=name, value=value: refused(c, name, **{name: value}))
+    return checks
+
+
+def completion_checks(calls):
+    c = calls.comp
+    checks = shared_checks(calls, c, calls.comp_text, "completions")
+
+    def logprobs():
+        lp = c(logprobs=3).choices[0].logprobs
+        check(len(lp.tokens) == len(lp.token_logprobs) > 0 and
+              all(len(t) == 3 for t in lp.top_logprobs), f"logprobs {lp}")
+
+    def best_of():
+        check(len(c(best_of=2, n=2, temperature=1.0).choices) == 2, "best_of = n refused")
+        refused(c, "best_of", best_of=3, n=1)
+
+    def echo():
+        check(c(echo=False).choices[0].text == calls.comp_text(), "echo=False changed the text")
+        refused(c, "echo", echo=True)
+
+    checks.update({"prompt": lambda: check(calls.comp_text() != "", "empty text"),
+                   "logprobs": logprobs, "best_of": best_of, "echo": echo,
+                   "suffix": lambda: refused(c, "suffix", suffix=" The end.")})
+    return checks
+
+
+def test_every_parameter(server, client):
+    import openai
+    calls = Calls(server, client)
+    chat_names, completion_names = create_parameters()
+    print(f"  openai {openai.__version__}: chat.completions.create takes {len(chat_names)} "
+          f"parameters, completions.create {len(completion_names)}")
+    for endpoint, names, checks in (("chat", chat_names, chat_checks(calls)),
+                                    ("completions", completion_names, completion_checks(calls))):
+        unclassified = [n for n in names if n not in checks]
+        check(not unclassified, f"{endpoint}: parameters nobody classified: {unclassified}")
+        honoured, refusals = [], []
+        for name in names:
+            before, started = len(failures), time.time()
+            try:
+                checks[name]()
+            except Exception as e:  # noqa: BLE001 -- report every parameter
+                failures.append(f"{endpoint}.{name}")
+                print(f"  FAIL {endpoint}.{name}: {e!r}")
+            if time.time() - started > 2:
+                print(f"  {endpoint}.{name} took {time.time() - started:.1f} s")
+            if len(failures) == before:
+                is_refusal = getattr(checks[name], "__name__", "") == "<lambda>" and \
+                    name not in ("messages", "prompt")
+                (refusals if is_refusal else honoured).append(name)
+        print(f"  {endpoint}: honoured {honoured}; refused by name {refusals}")
+    # Fields outside the API, and vLLM's extensions that are honoured.
+    refused(calls.chat, "max_token", extra_body={"max_token": 5})
+    refused(calls.comp, "frobnicate", extra_body={"frobnicate": True})
+    refused(calls.chat, "priority", extra_body={"priority": 3})
+    check(calls.chat_text(extra_body={"priority": 0}) == calls.chat_text(), "priority 0")
+    outs = {calls.comp_text(temperature=1.0, seed=s, extra_body={"top_k": 1}) for s in range(3)}
+    check(outs == {calls.comp_text()}, f"top_k=1 is not greedy: {outs}")
+    refused(calls.chat, "messages",
+            messages=[{"role": "user", "content": "hi", "name": "alice"}])
+    refused(calls.chat, "stream_options", stream=True,
+            stream_options={"include_usage": True, "continuous_usage_stats": True})
+    refused(calls.comp, "logit_bias", logit_bias={str(10 ** 8): 1})
+    refused(calls.chat, "max_tokens", max_tokens=3, max_completion_tokens=4)
+    if failures:
+        raise AssertionError(f"{len(failures)} parameters failed: {failures}")
+
+
+def test_tokenize(server, client):
+    calls = Calls(server, client)
+    port = server.port
+    status, _, body = http_request(port, "POST", "/tokenize", {"prompt": PROMPT})
+    t = json.loads(body)
+    _, _, models = http_request(port, "GET", "/v1/models")
+    max_len = json.loads(models)["data"][0]["max_model_len"]
+    check(status == 200 and t["count"] == len(t["tokens"]) > 0 and t["max_model_len"] == max_len,
+          f"/tokenize: {status} {t}")
+    usage = calls.comp(max_tokens=1).usage
+    check(usage.prompt_tokens == t["count"], f"usage {usage.prompt_tokens} vs {t['count']}")
+    status, _, body = http_request(port, "POST", "/detokenize", {"tokens": t["tokens"]})
+    check(status == 200 and json.loads(body)["prompt"].endswith(PROMPT), f"/detokenize {body}")
+    status, _, body = http_request(port, "POST", "/tokenize", {"messages": MESSAGES})
+    chat_usage = calls.chat(max_tokens=1).usage
+    check(status == 200 and json.loads(body)["count"] == chat_usage.prompt_tokens,
+          f"chat /tokenize {body[:200]} vs usage {chat_usage.prompt_tokens}")
+    for path, bad, param in (("/tokenize", {}, "prompt"), ("/tokenize", {"prompt": 5}, "prompt"),
+                             ("/tokenize", {"prompt": "x", "messages": MESSAGES}, "prompt"),
+                             ("/tokenize", {"prompt": "x", "foo": 1}, "foo"),
+                             ("/detokenize", {"tokens": "x"}, "tokens"),
+                             ("/detokenize", {"tokens": [-1]}, "tokens"),
+                             ("/detokenize", {"tokens": [10 ** 9]}, "tokens"),
+                             ("/detokenize", {"tokens": [1.5]}, "tokens")):
+        expect_error(server, path, bad, 400, param=param)
+    expect_error(server, "/tokenize", {"prompt": "x", "model": "nope"}, 404, param="model")
+    status, _, _ = http_request(port, "GET", "/tokenize")
+    check(status == 405, f"GET /tokenize: {status}")
+
+
+def test_disconnect_frees_kv(server, client):
+    """The official client's stream closed mid-way: the sequence is aborted and its KV blocks
+    return to the pool."""
+    aborted = 'tinfer:request_success_total{finished_reason="abort"}'
+    before = metrics(server.port)
+    stream = client.completions.create(model=server.model_name, prompt="Tell a long story.",
+                                       max_tokens=400, stream=True,
+                                       extra_body={"ignore_eos": True})
+    chunks = 0
+    for _ in stream:
+        chunks += 1
+        if chunks == 2:
+            break
+    held = metrics(server.port)["tinfer:kv_cache_sequence_blocks"]
+    check(held > 0, f"a streaming sequence holds {held} KV blocks")
+    stream.close()
+    started = time.time()
+    after = wait_for_metrics(
+        server.port, lambda v: v.get(aborted, 0) > before.get(aborted, 0) and
+        v["tinfer:kv_cache_sequence_blocks"] == 0 and v["tinfer:num_requests_live"] == 0, 15)
+    check(after.get(aborted, 0) == before.get(aborted, 0) + 1, "the hang-up was not aborted")
+    check(after["tinfer:kv_cache_sequence_blocks"] == 0,
+          f"{after['tinfer:kv_cache_sequence_blocks']} KV blocks still held after the hang-up")
+    print(f"  {held:.0f} KV blocks held mid-stream, back to 0 {time.time() - started:.2f} s "
+          "after the client closed its stream")
+
+
+def test_operator_flags(args, greedy_text):
+    import openai
+    key = "s3cret-key"
+    with Server(args.server, args.model, "--threads", args.threads, "--api-key", key,
+                "--speculative-tokens", "4", "--no-enable-prefix-caching",
+                "--max-model-len", "256") as server:
+        port = server.port
+        check(http_request(port, "GET", "/health")[0] == 200, "/health needs no key")
+        check(http_request(port, "GET", "/metrics")[0] == 200, "/metrics needs no key")
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": key},
+                        {"Authorization": "Bearer " + key + "x"}):
+            for method, path in (("GET", "/v1/models"), ("POST", "/v1/completions"),
+                                 ("POST", "/tokenize")):
+                status, h, body = http_request(port, method, path, {"prompt": "x"}, headers)
+                check(status == 401 and json.loads(body)["error"]["code"] == "invalid_api_key"
+                      and h.get("WWW-Authenticate") == "Bearer", f"{path} {headers}: {status}")
+        try:
+            openai.OpenAI(base_url=server.url(), api_key="wrong", max_retries=0).models.list()
+            check(False, "a wrong key was accepted")
+        except openai.AuthenticationError:
+            pass
+        client = openai.OpenAI(base_url=server.url(), api_key=key, max_retries=0, timeout=120)
+        models = client.models.list().data
+        check(len(models) == 1 and models[0].model_extra.get("max_model_len") == 256,
+              f"models {models}")
+        name = models[0].id
+        before = metrics(port)
+        text = client.completions.create(model=name, prompt=PROMPT, max_tokens=24,
+                                         temperature=0).choices[0].text
+        again = client.completions.create(model=name, prompt=PROMPT, max_tokens=24,
+                                          temperature=0).choices[0].text
+        after = metrics(port)
+        drafted = after["tinfer:spec_decode_num_draft_tokens_total"]
+        accepted = after["tinfer:spec_decode_num_accepted_tokens_total"]
+        check(drafted > 0 and accepted > 0, f"no speculation: {drafted} drafted, {accepted} kept")
+        check(text == again == greedy_text, f"speculation changed greedy output: {text!r} vs "
+              f"{greedy_text!r}")
+        check(after["tinfer:prefix_cache_hits_total"] == before["tinfer:prefix_cache_hits_total"],
+              "prefix-cache hits with --no-enable-prefix-caching")
+        lp = client.completions.create(model=name, prompt=PROMPT, max_tokens=4, temperature=0,
+                                       logprobs=1).choices[0].logprobs
+        check(len(lp.tokens) == 4, "logprobs under speculation")
+        try:
+            client.completions.create(model=name, prompt=PROMPT, max_tokens=250)
+            check(False, "a request past --max-model-len was served")
+        except openai.BadRequestError as e:
+            check("256" in str(e), f"the limit is not named: {e}")
+        print(f"  speculation: {accepted:.0f} of {drafted:.0f} drafts kept; greedy unchanged")
+    bad = subprocess.run([args.server, "--model", args.model, "--speculative-tokens", "100000"],
+                         capture_output=True, text=True, timeout=60)
+    check(bad.returncode != 0 and "--speculative-tokens" in bad.stdout + bad.stderr,
+          f"--speculative-tokens 100000: {bad.returncode} {bad.stderr[-200:]}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--server", default="")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--threads", default="2")
+    parser.add_argument("--only", default="")
+    args = parser.parse_args()
+    try:
+        import openai
+    except ImportError:
+        return missing("the openai package is not installed (scripts/python_deps.sh)")
+    code = missing_server_or_model(args)
+    if code is not None:
+        return code
+    began = time.time()
+    failed = []
+
+    def run(name, body):
+        if args.only and args.only not in name:
+            return
+        started = time.time()
+        try:
+            body()
+            print(f"PASS {name} ({time.time() - started:.1f} s)", flush=True)
+        except Exception as e:  # noqa: BLE001
+            failed.append(name)
+            print(f"FAIL {name}: {e!r}", flush=True)
+
+    greedy = {}
+    with Server(args.server, args.model, "--threads", args.threads) as server:
+        client = openai.OpenAI(base_url=server.url(), api_key="none", max_retries=0, timeout=120)
+        server.model_name = client.models.list().data[0].id
+        greedy["text"] = client.completions.create(model=server.model_name, prompt=PROMPT,
+                                                   max_tokens=24, temperature=0).choices[0].text
+        run("test_every_parameter", lambda: test_every_parameter(server, client))
+        run("test_tokenize", lambda: test_tokenize(server, client))
+        run("test_disconnect_frees_kv", lambda: test_disconnect_frees_kv(server, client))
+    run("test_operator_flags", lambda: test_operator_flags(args, greedy["text"]))
+    print(f"{'FAILED: ' + ', '.join(failed) if failed else 'all passed'} "
+          f"in {time.time() - began:.0f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
