@@ -8,6 +8,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <tinfer/engine/request.hpp>
 #include <tinfer/grammar/json_schema.hpp>
 #include <tinfer/grammar/matcher.hpp>
 #include <tinfer/kernels/sampling.hpp>
@@ -337,3 +338,29 @@ BOOST_AUTO_TEST_CASE(random_schemas_sampled_outputs_validate) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_CASE(requests_refuse_what_a_grammar_cannot_do) {
+    auto const vocab = small_vocabulary("ab");
+    GenerationRequest r;
+    r.grammar = grammar::constrain(Grammar::parse(R"(root ::= "a")"), vocab);
+    RequestLimits const limits{.vocab = vocab->size(), .max_context = 512, .max_draft_tokens = 4};
+    std::vector<std::int32_t> const prompt{0};
+    BOOST_CHECK_NO_THROW(validate_request(r, prompt, limits));
+    auto message = [&](GenerationRequest const& req) -> std::string {
+        try {
+            validate_request(req, prompt, limits);
+        } catch (RequestError const& e) {
+            return e.what();
+        }
+        return "";
+    };
+    GenerationRequest drafts = r;
+    drafts.draft_tokens = 2;
+    BOOST_TEST(contains(message(drafts), "grammar and draft_tokens"));
+    GenerationRequest no_eos = r;
+    no_eos.ignore_eos = true;
+    BOOST_TEST(contains(message(no_eos), "grammar and ignore_eos"));
+    RequestLimits bigger = limits;
+    bigger.vocab = vocab->size() + 1;
+    BOOST_CHECK_THROW(validate_request(r, prompt, bigger), RequestError);
+}

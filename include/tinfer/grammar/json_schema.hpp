@@ -13,9 +13,11 @@
 // {"type": "json_object"} (OpenAI's response_format) is any JSON object; {} is any JSON value.
 // Numbers are bounded (at most 16 integer digits, 15 fraction digits, 2 exponent digits: a double
 // holds it) so a sampled number ends; strings are well-formed UTF-8 with JSON escapes.
+#include <cctype>
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
