@@ -4,6 +4,7 @@
 // speculative round stream its tokens).
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include <tinfer/engine/output_stream.hpp>
@@ -29,6 +30,10 @@ struct LiveRequest {
     std::vector<std::int32_t> context;  // prompt, then every sampled token
     SequenceKv kv;
     spec::SpeculationStats speculation;
+    // The grammar's state after the tokens generated so far (request.grammar set; made at the
+    // first sample). It lives here, not in the KV: a preemption by recompute or swap re-feeds
+    // or restores the context without resampling, so the matcher's state stays right.
+    std::optional<grammar::Matcher> matcher;
 
     int max_context() const { return static_cast<int>(prompt.size()) + request.max_tokens; }
 };

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -15,6 +16,7 @@
 #include <tinfer/engine/speculative.hpp>
 #include <tinfer/engine/stop_conditions.hpp>
 #include <tinfer/format/chat_template.hpp>
+#include <tinfer/grammar/matcher.hpp>
 #include <tinfer/kernels/sampling.hpp>
 #include <tinfer/sched/request.hpp>
 
@@ -37,6 +39,12 @@ struct GenerationRequest {
     // unchanged by it; sampled output keeps its distribution (not its exact tokens). Needs
     // sampling.logprobs off: verification does not compute the log-probabilities.
     int draft_tokens = 0;
+    // Structured output: every generated token continues a sentence of this grammar (bound to
+    // the model's vocabulary: grammar::constrain(grammar, grammar::Vocabulary::of(tokenizer,
+    // vocab))), and the output ends with an end token once the sentence is complete. Tokens
+    // that cannot continue it are masked before sampling (before penalties, temperature,
+    // top-k/top-p/min-p), so logprobs are those of the constrained distribution.
+    std::shared_ptr<grammar::Constraint const> grammar;
 };
 
 inline StopConditions stop_conditions_of(GenerationRequest const& request) {
@@ -140,6 +148,24 @@ inline void validate_request(GenerationRequest const& request, std::span<std::in
         if (t >= limits.vocab)
             throw RequestError("stop token id " + std::to_string(t) +
                                " is outside the vocabulary of " + std::to_string(limits.vocab));
+    if (request.grammar) {
+        if (request.draft_tokens > 0)
+            throw RequestError(
+                "grammar and draft_tokens > 0 cannot be combined: drafts are not checked against "
+                "the grammar");
+        if (request.ignore_eos)
+            throw RequestError(
+                "grammar and ignore_eos cannot be combined: a complete output ends with an end "
+                "token");
+        if (!request.grammar->grammar || !request.grammar->vocabulary)
+            throw RequestError("grammar: the constraint has no grammar or no vocabulary");
+        if (request.grammar->vocabulary->size() < limits.vocab)
+            throw RequestError("grammar: bound to a vocabulary of " +
+                               std::to_string(request.grammar->vocabulary->size()) +
+                               " tokens, the model has " + std::to_string(limits.vocab));
+        if (request.grammar->vocabulary->end_tokens().empty())
+            throw RequestError("grammar: the vocabulary has no end token to finish an output with");
+    }
     validate(stop_conditions_of(request));
 }
 

@@ -175,10 +175,19 @@ class StepRunner {
         auto const& output_tokens = r.output.tokens();
         kernels::TokenHistory const history{r.prompt, output_tokens};
         auto const step = static_cast<std::uint32_t>(output_tokens.size());
+        if (r.request.grammar) {
+            if (!r.matcher) r.matcher.emplace(r.request.grammar);
+            // The mask comes before every sampling setting: they see allowed tokens only.
+            masked_.assign(logits.begin(), logits.end());
+            if (r.matcher->mask_logits(masked_) == 0)
+                throw RequestError("grammar: no token of the vocabulary continues the output");
+            logits = masked_;
+        }
         // Draws depend on (seed, step) only, so a seeded request repeats itself whatever else
         // runs beside it.
         kernels::SampledToken const sampled = kernels::sample_token(
             logits, r.request.sampling, history, /*request_id=*/0, step, sampling_);
+        if (r.matcher) r.matcher->accept_token(sampled.token);
         TokenEvent event = accept_token(id, r, sampled.token);
         event.logprob = sampled.logprob;
         event.top_logprobs.assign(sampled.top_logprobs.begin(), sampled.top_logprobs.end());
@@ -190,6 +199,7 @@ class StepRunner {
     typename Model::Workspace workspace_;
     kernels::SamplingWorkspace sampling_;
     std::vector<float> logits_;
+    std::vector<float> masked_;  // a constrained request's logits after the grammar's mask
     bool int8_activations_;
     std::vector<DraftRound> rounds_;  // per work item of the current step, reused across steps
 };
