@@ -12,7 +12,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -27,6 +29,8 @@
 #include <tinfer/format/chat_template.hpp>
 #include <tinfer/format/gguf.hpp>
 #include <tinfer/format/tokenizer_gguf.hpp>
+#include <tinfer/grammar/json_schema.hpp>
+#include <tinfer/grammar/matcher.hpp>
 #include <tinfer/kernels/sampling.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/llama.hpp>
@@ -55,7 +59,16 @@ struct Options {
     tinfer::kernels::SamplingParams sampling;
     int tensor_parallel = 1;
     std::string precision = "int8";
+    std::string grammar_file;  // --grammar: GBNF-like grammar text
+    std::string
+        json_schema_file;  // --json-schema: a JSON Schema (grammar/json_schema.hpp's subset)
 };
+
+std::string read_file(std::string const& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw tinfer::RequestError("cannot read '" + path + "'");
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
 
 // How the ranks of a tensor-parallel run agree: rank 0's sampled token goes to every rank
 // (their logits are the same, but a rank must never act on a token rank 0 did not print).
@@ -97,6 +110,16 @@ int run(tinfer::gguf::File const& file, Options const& options, Model const& mod
     std::vector<float> logits(Cfg.vocab);
     OutputStream output(
         tokenizer, {.max_new_tokens = max_new, .stop_token_ids = {}, .stop_strings = options.stop});
+    // Structured output: tokens that cannot continue the grammar are masked before sampling.
+    std::optional<grammar::Matcher> matcher;
+    if (!options.grammar_file.empty() || !options.json_schema_file.empty()) {
+        grammar::Grammar g = options.grammar_file.empty()
+                                 ? grammar::json_schema_to_grammar(
+                                       std::string_view(read_file(options.json_schema_file)))
+                                 : grammar::Grammar::parse(read_file(options.grammar_file));
+        matcher.emplace(
+            grammar::constrain(std::move(g), grammar::Vocabulary::of(tokenizer, Cfg.vocab)));
+    }
 
     // Activations quantized to int8 for the integer kernels (as llama.cpp does), or float32.
     auto const forward = [&](SequenceChunk const& chunk) {
@@ -121,10 +144,13 @@ int run(tinfer::gguf::File const& file, Options const& options, Model const& mod
     int position = static_cast<int>(prompt.size());
     for (std::uint32_t step = 0;; ++step) {
         kernels::TokenHistory const history{prompt, output.tokens()};
+        if (matcher && matcher->mask_logits(logits) == 0)
+            throw RequestError("grammar: no token of the vocabulary continues the output");
         std::int32_t token = kernels::sample_token(logits, options.sampling, history,
                                                    /*request_id=*/0, step, sampling_workspace)
                                  .token;
         ranks.share_token(token);
+        if (matcher) matcher->accept_token(token);
         auto const emitted = output.accept(token);
         if (step == 0) first_token_time = Clock::now();
         if (ranks.prints) std::cout << emitted.text << std::flush;
@@ -217,6 +243,11 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"int8", "f32"}))
         ->capture_default_str();
     app.add_option("--stop", options.stop, "Stop string (repeatable); never printed");
+    auto* grammar_option = app.add_option("--grammar", options.grammar_file,
+                                          "Constrain the output to a GBNF-like grammar (file)");
+    app.add_option("--json-schema", options.json_schema_file,
+                   "Constrain the output to JSON following a JSON Schema (file)")
+        ->excludes(grammar_option);
     app.add_option("--tp", options.tensor_parallel,
                    "Tensor-parallel degree: run under mpirun with as many ranks; rank 0 prints")
         ->capture_default_str()
