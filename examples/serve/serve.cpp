@@ -37,6 +37,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -62,10 +63,48 @@ using Serving =
     tinfer::sched::Scheduler<tinfer::sched::ContinuousBatching<64, 1024>,
                              tinfer::sched::ChunkedPrefill<256>, tinfer::sched::PreemptByRecompute,
                              tinfer::sched::FairShare>;
-// The engine for one compiled-in shape (model/shipped_presets.hpp); the file chooses which.
-template <tinfer::ModelConfig Cfg>
+// The KV codecs of K and V are compile-time types of the engine (PagedKv<BlockSize, K, V>), so
+// --kv-cache-dtype chooses among a compiled list. Each pair is one more engine per shipped
+// shape, and the engine is most of serve's build time: the list is the instantiation budget
+// (docs/server.md has the build times).
+template <class K, class V>
+struct KvCodecPair {
+    using Key = K;
+    using Value = V;
+    static std::string name() {
+        return K::name == V::name ? std::string(K::name)
+                                  : std::string(K::name) + "," + std::string(V::name);
+    }
+};
+using KvCodecPairs = std::tuple<KvCodecPair<tinfer::kv::Fp32Codec, tinfer::kv::Fp32Codec>,
+                                KvCodecPair<tinfer::kv::Int8Codec, tinfer::kv::Int8Codec>>;
+
+std::vector<std::string> kv_codec_names() {
+    return []<class... P>(std::tuple<P...>*) {
+        return std::vector<std::string>{P::name()...};
+    }(static_cast<KvCodecPairs*>(nullptr));
+}
+
+// Calls body.template operator()<Pair>() for the pair named `name` (checked by the CLI).
+template <class Body>
+int with_kv_codecs(std::string const& name, Body&& body) {
+    int result = -1;
+    bool found = false;
+    [&]<class... P>(std::tuple<P...>*) {
+        ((!found && P::name() == name ? (found = true, result = body.template operator()<P>()) : 0),
+         ...);
+    }(static_cast<KvCodecPairs*>(nullptr));
+    if (!found) throw std::runtime_error("--kv-cache-dtype " + name + " is not compiled in");
+    return result;
+}
+
+// The engine for one compiled-in shape (model/shipped_presets.hpp; the file chooses which) and
+// one KV codec pair (--kv-cache-dtype).
+template <tinfer::ModelConfig Cfg,
+          class Codecs = KvCodecPair<tinfer::kv::Fp32Codec, tinfer::kv::Fp32Codec>>
 using ServingEngineFor =
-    tinfer::Engine<tinfer::Llama<Cfg>, Serving, tinfer::Host, tinfer::PagedKv<>>;
+    tinfer::Engine<tinfer::Llama<Cfg>, Serving, tinfer::Host,
+                   tinfer::PagedKv<16, typename Codecs::Key, typename Codecs::Value>>;
 
 // How often an answer in progress looks at the server's state (stopping, engine failed); its
 // tokens and its client's hang-up wake it at once.
@@ -94,6 +133,7 @@ struct Options {
     int workers = 2;
     int default_max_tokens = 512;
     std::string precision = "int8";
+    std::string kv_cache_dtype = "fp32";
     std::string api_key;  // empty: no authentication
     bool prefix_caching = true;
     int speculative_tokens = 0;  // γ of prompt-lookup speculation; 0: off
@@ -1018,8 +1058,9 @@ int run(Options const& options, sigset_t const& stop_signals, tinfer::gguf::File
     }).detach();
 
     std::cout << "serve: listening on http://" << options.host << ":" << port << " (model "
-              << options.served_model_name << ", " << options.max_queue << " concurrent sequences, "
-              << options.max_connections << " connections)" << std::endl;
+              << options.served_model_name << ", KV " << options.kv_cache_dtype << ", "
+              << options.max_queue << " concurrent sequences, " << options.max_connections
+              << " connections)" << std::endl;
     std::vector<std::thread> io_threads;
     for (int i = 0; i < options.io_threads; ++i) io_threads.emplace_back([&io] { io.run(); });
     for (std::thread& t : io_threads) t.join();
@@ -1130,6 +1171,10 @@ int main(int argc, char** argv) {
                    "decode without drafts")
         ->capture_default_str()
         ->check(CLI::Range(0, max_speculative_tokens));
+    app.add_option("--kv-cache-dtype", options.kv_cache_dtype,
+                   "Codecs of the KV cache, 'K' for both or 'K,V' (the compiled-in pairs)")
+        ->capture_default_str()
+        ->check(CLI::IsMember(kv_codec_names()));
     CLI11_PARSE(app, argc, argv);
     if (options.served_model_name.empty())
         options.served_model_name = std::filesystem::path(options.model).stem().string();
@@ -1147,7 +1192,9 @@ int main(int argc, char** argv) {
     try {
         auto file = tinfer::gguf::File::open(options.model);
         return tinfer::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
-            return run<ServingEngineFor<Cfg>>(options, stop_signals, std::move(file));
+            return with_kv_codecs(options.kv_cache_dtype, [&]<class Codecs>() {
+                return run<ServingEngineFor<Cfg, Codecs>>(options, stop_signals, std::move(file));
+            });
         });
     } catch (std::exception const& e) {
         std::cerr << "serve: " << e.what() << std::endl;

@@ -16,8 +16,10 @@
   - a second server with --api-key, --speculative-tokens, --no-enable-prefix-caching and
     --max-model-len: 401 without the key (constant-time compare; /health and /metrics stay
     open), the client with the key works; drafts are proposed and accepted and greedy output
-    is unchanged; no prefix-cache hits; the shorter context is offered and enforced. A
-    --speculative-tokens past its range is refused at start-up.
+    is unchanged; no prefix-cache hits; the shorter context is offered and enforced. A third
+    with --kv-cache-dtype int8 serves and fits over 3x the blocks of fp32 in one budget. A
+    --speculative-tokens past its range, and a codec pair not compiled in, are refused at
+    start-up.
 Exit codes: 0 pass, 1 fail, 77 skipped (as test_openai_clients.py).
 """
 import argparse
@@ -138,6 +140,9 @@ def shared_checks(calls, call, text, endpoint):
     def n():
         r = call(n=3, temperature=1.0, seed=5)
         check(sorted(c.index for c in r.choices) == [0, 1, 2], f"n=3: {r.choices}")
+        finished = {c.index: c.finish_reason for chunk in call(n=2, stream=True)
+                    for c in chunk.choices if c.finish_reason}
+        check(set(finished) == {0, 1}, f"streamed n=2 finished {finished}")
 
     def seed():
         a = text(temperature=1.0, seed=42, max_tokens=12)
@@ -368,7 +373,7 @@ def test_disconnect_frees_kv(server, client):
           "after the client closed its stream")
 
 
-def test_operator_flags(args, greedy_text):
+def test_operator_flags(args, greedy_text, fp32_blocks):
     import openai
     key = "s3cret-key"
     with Server(args.server, args.model, "--threads", args.threads, "--api-key", key,
@@ -416,10 +421,22 @@ def test_operator_flags(args, greedy_text):
         except openai.BadRequestError as e:
             check("256" in str(e), f"the limit is not named: {e}")
         print(f"  speculation: {accepted:.0f} of {drafted:.0f} drafts kept; greedy unchanged")
-    bad = subprocess.run([args.server, "--model", args.model, "--speculative-tokens", "100000"],
-                         capture_output=True, text=True, timeout=60)
-    check(bad.returncode != 0 and "--speculative-tokens" in bad.stdout + bad.stderr,
-          f"--speculative-tokens 100000: {bad.returncode} {bad.stderr[-200:]}")
+    # --kv-cache-dtype int8: the same budget holds about 4x the blocks of fp32, and it serves.
+    with Server(args.server, args.model, "--threads", args.threads, "--kv-cache-dtype",
+                "int8") as server:
+        client = openai.OpenAI(base_url=server.url(), api_key="none", max_retries=0, timeout=120)
+        r = client.completions.create(model=client.models.list().data[0].id, prompt=PROMPT,
+                                      max_tokens=8, temperature=0)
+        check(r.usage.completion_tokens > 0 and r.choices[0].text, f"int8 KV: {r}")
+        blocks = metrics(server.port)["tinfer:kv_cache_total_blocks"]
+        check(fp32_blocks > 0 and blocks > 3 * fp32_blocks, f"int8 KV: {blocks} blocks vs {fp32_blocks} at fp32")
+        print(f"  --kv-cache-dtype int8: {blocks:.0f} blocks in the budget fp32 fills with "
+              f"{fp32_blocks:.0f}; greedy {r.choices[0].text!r}")
+    for flag, value in (("--speculative-tokens", "100000"), ("--kv-cache-dtype", "int3")):
+        bad = subprocess.run([args.server, "--model", args.model, flag, value],
+                             capture_output=True, text=True, timeout=60)
+        check(bad.returncode != 0 and flag in bad.stdout + bad.stderr,
+              f"{flag} {value}: {bad.returncode} {bad.stderr[-200:]}")
 
 
 def main():
@@ -456,10 +473,12 @@ def main():
         server.model_name = client.models.list().data[0].id
         greedy["text"] = client.completions.create(model=server.model_name, prompt=PROMPT,
                                                    max_tokens=24, temperature=0).choices[0].text
+        greedy["blocks"] = metrics(server.port)["tinfer:kv_cache_total_blocks"]
         run("test_every_parameter", lambda: test_every_parameter(server, client))
         run("test_tokenize", lambda: test_tokenize(server, client))
         run("test_disconnect_frees_kv", lambda: test_disconnect_frees_kv(server, client))
-    run("test_operator_flags", lambda: test_operator_flags(args, greedy["text"]))
+    run("test_operator_flags", lambda: test_operator_flags(args, greedy["text"],
+                                                            greedy["blocks"]))
     print(f"{'FAILED: ' + ', '.join(failed) if failed else 'all passed'} "
           f"in {time.time() - began:.0f} s")
     return 1 if failed else 0
