@@ -244,6 +244,20 @@ BOOST_AUTO_TEST_CASE(refuses_unsupported_keywords_by_name) {
     BOOST_TEST(contains(error("{"), "not JSON"));
 }
 
+// Properties come in the schema text's order (OpenAI's structured outputs do the same).
+BOOST_AUTO_TEST_CASE(properties_keep_the_schema_order) {
+    auto const g = grammar::json_schema_to_grammar(std::string_view(
+        R"({"type":"object","properties":{"zeta":{"type":"integer"},"alpha":{"type":"boolean"}},"required":["zeta","alpha"]})"));
+    std::vector<std::string> tokens;
+    for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
+    tokens.push_back("");
+    auto const constraint = grammar::constrain(g, std::make_shared<grammar::Vocabulary const>(
+                                                      tokens, std::vector<std::int32_t>{256}, 257));
+    grammar::Matcher m(constraint);
+    BOOST_TEST(m.accepts_bytes(R"({"zeta": 1, "alpha": true})"));
+    BOOST_TEST(!m.accepts_bytes(R"({"alpha")"));
+}
+
 BOOST_AUTO_TEST_CASE(json_object_is_any_object) {
     auto const g = grammar::json_schema_to_grammar(std::string_view(R"({"type":"json_object"})"));
     std::vector<std::string> tokens;

@@ -14,6 +14,7 @@
 // Numbers are bounded (at most 16 integer digits, 15 fraction digits, 2 exponent digits: a double
 // holds it) so a sampled number ends; strings are well-formed UTF-8 with JSON escapes.
 #include <cctype>
+#include <concepts>
 #include <set>
 #include <string>
 #include <string_view>
@@ -32,9 +33,11 @@ class JsonSchemaError : public GrammarError {
 
 namespace detail {
 
+// Json: nlohmann::json or nlohmann::ordered_json (which keeps the schema's property order).
+template <class Json>
 class SchemaCompiler {
   public:
-    std::string compile(nlohmann::json const& schema) {
+    std::string compile(Json const& schema) {
         std::string const root = rule_for(schema, "root");
         std::string out = "root ::= " + root + "\n";
         out += R"(ws ::= " "?
@@ -84,16 +87,17 @@ null ::= "null"
         }
         return out + "\"";
     }
-    static int count_of(nlohmann::json const& s, char const* key) {
+    static int count_of(Json const& s, char const* key) {
         auto const& v = s.at(key);
-        if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() > 1000)
+        if (!v.is_number_integer() || v.template get<long long>() < 0 ||
+            v.template get<long long>() > 1000)
             refuse(key, "must be an integer in [0, 1000]");
-        return v.get<int>();
+        return v.template get<int>();
     }
 
-    std::string rule_for(nlohmann::json const& s, std::string_view hint) {
+    std::string rule_for(Json const& s, std::string_view hint) {
         if (s.is_boolean()) {
-            if (s.get<bool>()) return "value";
+            if (s.template get<bool>()) return "value";
             refuse("false", "(a schema that matches nothing) cannot be generated");
         }
         if (!s.is_object()) throw JsonSchemaError("json schema: a schema must be an object");
@@ -126,7 +130,7 @@ null ::= "null"
         if (type.is_array()) {
             std::string body;
             for (auto const& t : type) {
-                nlohmann::json one = s;
+                Json one = s;
                 one["type"] = t;
                 body += (body.empty() ? "" : " | ") + rule_for(one, hint);
             }
@@ -134,7 +138,7 @@ null ::= "null"
             return define(std::string(hint) + "-types", body);
         }
         if (!type.is_string()) refuse("type", "must be a string or a list of strings");
-        std::string const t = type.get<std::string>();
+        std::string const t = type.template get<std::string>();
         if (t == "json_object") return "object";
         if (t == "boolean" || t == "null" || t == "integer" || t == "number") return t;
         if (t == "string") return string_rule(s, hint);
@@ -143,7 +147,7 @@ null ::= "null"
         refuse("type", "has the unknown value '" + t + "'");
     }
 
-    std::string string_rule(nlohmann::json const& s, std::string_view hint) {
+    std::string string_rule(Json const& s, std::string_view hint) {
         if (!s.contains("minLength") && !s.contains("maxLength")) return "string";
         int const min = s.contains("minLength") ? count_of(s, "minLength") : 0;
         std::string rep = "{" + std::to_string(min) + ",";
@@ -155,7 +159,7 @@ null ::= "null"
         return define(std::string(hint) + "-str", "\"\\\"\" char" + rep + "} \"\\\"\"");
     }
 
-    std::string array_rule(nlohmann::json const& s, std::string_view hint) {
+    std::string array_rule(Json const& s, std::string_view hint) {
         std::string const item =
             s.contains("items") ? rule_for(s["items"], std::string(hint) + "-item") : "value";
         int const min = s.contains("minItems") ? count_of(s, "minItems") : 0;
@@ -174,7 +178,7 @@ null ::= "null"
         return define(std::string(hint) + "-arr", body);
     }
 
-    std::string object_rule(nlohmann::json const& s, std::string_view hint) {
+    std::string object_rule(Json const& s, std::string_view hint) {
         if (!s.contains("properties")) {
             if (s.contains("required") && !s["required"].empty())
                 refuse("required", "needs properties");
@@ -190,9 +194,9 @@ null ::= "null"
         if (s.contains("required")) {
             if (!s["required"].is_array()) refuse("required", "must be an array");
             for (auto const& r : s["required"]) {
-                if (!r.is_string() || !props.contains(r.get<std::string>()))
+                if (!r.is_string() || !props.contains(r.template get<std::string>()))
                     refuse("required", "names a property that is not in properties");
-                required.insert(r.get<std::string>());
+                required.insert(r.template get<std::string>());
             }
         }
         // kv_i is one property; after_i: the rest when one was already written (so each
@@ -200,7 +204,7 @@ null ::= "null"
         std::vector<std::string> kv;
         std::vector<bool> req;
         for (auto const& [name, sub] : props.items()) {
-            kv.push_back(literal(nlohmann::json(name).dump()) + " \":\" ws " +
+            kv.push_back(literal(Json(name).dump()) + " \":\" ws " +
                          rule_for(sub, std::string(hint) + "-" + name));
             req.push_back(required.contains(name));
         }
@@ -225,21 +229,29 @@ null ::= "null"
 
 }  // namespace detail
 
-// The grammar text for a schema (to show, log or edit), and the grammar itself.
-inline std::string json_schema_to_grammar_text(nlohmann::json const& schema) {
-    return detail::SchemaCompiler{}.compile(schema);
+// The grammar text for a schema (to show, log or edit), and the grammar itself. Properties
+// come in the order the schema object holds them: parsed from text, the schema's own order.
+template <class Json>
+concept JsonValue =
+    std::same_as<Json, nlohmann::json> || std::same_as<Json, nlohmann::ordered_json>;
+
+template <JsonValue Json>
+std::string json_schema_to_grammar_text(Json const& schema) {
+    return detail::SchemaCompiler<Json>{}.compile(schema);
 }
-inline Grammar json_schema_to_grammar(nlohmann::json const& schema) {
+template <JsonValue Json>
+Grammar json_schema_to_grammar(Json const& schema) {
     return Grammar::parse(json_schema_to_grammar_text(schema));
 }
-inline Grammar json_schema_to_grammar(std::string_view schema_text) {
-    nlohmann::json schema;
+inline nlohmann::ordered_json parse_json_schema(std::string_view schema_text) {
     try {
-        schema = nlohmann::json::parse(schema_text);
+        return nlohmann::ordered_json::parse(schema_text);
     } catch (nlohmann::json::exception const& e) {
         throw JsonSchemaError(std::string("json schema: not JSON: ") + e.what());
     }
-    return json_schema_to_grammar(schema);
+}
+inline Grammar json_schema_to_grammar(std::string_view schema_text) {
+    return json_schema_to_grammar(parse_json_schema(schema_text));
 }
 
 }  // namespace tinfer::grammar

@@ -45,6 +45,9 @@ class Vocabulary {
         : bytes_(std::move(bytes)), end_tokens_(std::move(end_tokens)), size_(size) {
         if (size_ < static_cast<int>(bytes_.size()))
             throw std::invalid_argument("grammar::Vocabulary: size below the token count");
+        // An end token ends the output whatever it spells: it is never part of a sentence.
+        for (std::int32_t t : end_tokens_)
+            if (t >= 0 && t < static_cast<int>(bytes_.size())) bytes_[t].clear();
         build_trie();
     }
 
@@ -185,9 +188,11 @@ class Matcher {
 
     // The tokens allowed next, one bit per token of the vocabulary (end tokens once complete).
     std::vector<std::uint64_t> const& allowed_tokens() {
-        auto& cached = mask_of_state_[state_];
-        if (cached.empty()) cached = compute_mask(state_);
-        return cached;
+        if (auto it = mask_of_state_.find(state_); it != mask_of_state_.end()) return it->second;
+        // Bounded: a mask is vocab/8 bytes (32 KiB at 262K tokens), and counted repetitions
+        // ({0,20}) make many states.
+        if (mask_of_state_.size() >= max_cached_masks) mask_of_state_.clear();
+        return mask_of_state_[state_] = compute_mask(state_);
     }
 
     // Sets every disallowed token's logit to -inf. Returns the number of allowed tokens.
@@ -377,6 +382,7 @@ class Matcher {
     }
 
     static constexpr std::size_t max_stacks = 4096;
+    static constexpr std::size_t max_cached_masks = 512;
 
     std::shared_ptr<Constraint const> c_;
     std::vector<Element> const* elements_;
