@@ -77,7 +77,10 @@ struct KvCodecPair {
     }
 };
 using KvCodecPairs = std::tuple<KvCodecPair<tinfer::kv::Fp32Codec, tinfer::kv::Fp32Codec>,
-                                KvCodecPair<tinfer::kv::Int8Codec, tinfer::kv::Int8Codec>>;
+                                KvCodecPair<tinfer::kv::Bf16Codec, tinfer::kv::Bf16Codec>,
+                                KvCodecPair<tinfer::kv::Fp8E4M3Codec, tinfer::kv::Fp8E4M3Codec>,
+                                KvCodecPair<tinfer::kv::Int8Codec, tinfer::kv::Int8Codec>,
+                                KvCodecPair<tinfer::kv::Int8Codec, tinfer::kv::Int4Codec>>;
 
 std::vector<std::string> kv_codec_names() {
     return []<class... P>(std::tuple<P...>*) {

@@ -16,8 +16,9 @@
   - a second server with --api-key, --speculative-tokens, --no-enable-prefix-caching and
     --max-model-len: 401 without the key (constant-time compare; /health and /metrics stay
     open), the client with the key works; drafts are proposed and accepted and greedy output
-    is unchanged; no prefix-cache hits; the shorter context is offered and enforced. A third
-    with --kv-cache-dtype int8 serves and fits over 3x the blocks of fp32 in one budget. A
+    is unchanged; no prefix-cache hits; the shorter context is offered and enforced. Servers
+    with each compiled --kv-cache-dtype pair serve and fit as many more blocks in one budget
+    as their codecs are smaller. A
     --speculative-tokens past its range, and a codec pair not compiled in, are refused at
     start-up.
 Exit codes: 0 pass, 1 fail, 77 skipped (as test_openai_clients.py).
@@ -421,17 +422,21 @@ def test_operator_flags(args, greedy_text, fp32_blocks):
         except openai.BadRequestError as e:
             check("256" in str(e), f"the limit is not named: {e}")
         print(f"  speculation: {accepted:.0f} of {drafted:.0f} drafts kept; greedy unchanged")
-    # --kv-cache-dtype int8: the same budget holds about 4x the blocks of fp32, and it serves.
-    with Server(args.server, args.model, "--threads", args.threads, "--kv-cache-dtype",
-                "int8") as server:
-        client = openai.OpenAI(base_url=server.url(), api_key="none", max_retries=0, timeout=120)
-        r = client.completions.create(model=client.models.list().data[0].id, prompt=PROMPT,
-                                      max_tokens=8, temperature=0)
-        check(r.usage.completion_tokens > 0 and r.choices[0].text, f"int8 KV: {r}")
-        blocks = metrics(server.port)["tinfer:kv_cache_total_blocks"]
-        check(fp32_blocks > 0 and blocks > 3 * fp32_blocks, f"int8 KV: {blocks} blocks vs {fp32_blocks} at fp32")
-        print(f"  --kv-cache-dtype int8: {blocks:.0f} blocks in the budget fp32 fills with "
-              f"{fp32_blocks:.0f}; greedy {r.choices[0].text!r}")
+    # Each compiled --kv-cache-dtype pair serves, and one budget holds as many more blocks as
+    # its codecs are smaller than fp32 (lower bounds a little under the byte ratios).
+    for dtype, ratio in (("bf16", 1.9), ("fp8_e4m3", 3.5), ("int8", 3.5), ("int8,int4", 4.2)):
+        with Server(args.server, args.model, "--threads", args.threads, "--kv-cache-dtype",
+                    dtype) as server:
+            client = openai.OpenAI(base_url=server.url(), api_key="none", max_retries=0,
+                                   timeout=120)
+            r = client.completions.create(model=client.models.list().data[0].id, prompt=PROMPT,
+                                          max_tokens=6, temperature=0)
+            check(r.usage.completion_tokens > 0 and r.choices[0].text, f"{dtype} KV: {r}")
+            blocks = metrics(server.port)["tinfer:kv_cache_total_blocks"]
+            check(fp32_blocks > 0 and blocks > ratio * fp32_blocks,
+                  f"{dtype} KV: {blocks} blocks vs {fp32_blocks} at fp32")
+            print(f"  --kv-cache-dtype {dtype}: {blocks:.0f} blocks where fp32 has "
+                  f"{fp32_blocks:.0f}; greedy {r.choices[0].text!r}")
     for flag, value in (("--speculative-tokens", "100000"), ("--kv-cache-dtype", "int3")):
         bad = subprocess.run([args.server, "--model", args.model, flag, value],
                              capture_output=True, text=True, timeout=60)
