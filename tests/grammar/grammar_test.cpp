@@ -368,12 +368,23 @@ BOOST_AUTO_TEST_CASE(requests_refuse_what_a_grammar_cannot_do) {
         }
         return "";
     };
+    auto message_with = [&](GenerationRequest const& req, RequestLimits const& l) -> std::string {
+        try {
+            validate_request(req, prompt, l);
+        } catch (RequestError const& e) {
+            return e.what();
+        }
+        return "";
+    };
     GenerationRequest drafts = r;
     drafts.draft_tokens = 2;
     BOOST_TEST(contains(message(drafts), "grammar and draft_tokens"));
     GenerationRequest no_eos = r;
     no_eos.ignore_eos = true;
     BOOST_TEST(contains(message(no_eos), "grammar and ignore_eos"));
+    RequestLimits worker = limits;
+    worker.has_tokenizer = false;
+    BOOST_TEST(contains(message_with(r, worker), "grammar is not applied by this worker"));
     RequestLimits bigger = limits;
     bigger.vocab = vocab->size() + 1;
     BOOST_CHECK_THROW(validate_request(r, prompt, bigger), RequestError);

@@ -157,6 +157,12 @@ inline void validate_request(GenerationRequest const& request, std::span<std::in
             throw RequestError(
                 "grammar and ignore_eos cannot be combined: a complete output ends with an end "
                 "token");
+        // The workers without a tokenizer (disaggregated prefill/decode) sample outside the
+        // step runner, so they would drop the grammar silently: refused there.
+        if (!limits.has_tokenizer)
+            throw RequestError(
+                "grammar is not applied by this worker (it samples without the "
+                "engine's step runner)");
         if (!request.grammar->grammar || !request.grammar->vocabulary)
             throw RequestError("grammar: the constraint has no grammar or no vocabulary");
         if (request.grammar->vocabulary->size() < limits.vocab)
