@@ -147,9 +147,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(invariants_hold_over_thousands_of_random_steps, Co
         StepPlan const plan = engine.step([&](Request const&) { return stops(rng); });
 
         BOOST_REQUIRE(plan.rejected.empty());
-        BOOST_REQUIRE_LE(plan.token_count(), Batching::max_batched_tokens);
-        BOOST_REQUIRE_LE(static_cast<int>(plan.work.size()), Batching::max_seqs);
-        BOOST_REQUIRE_LE(static_cast<int>(scheduler.running().size()), Batching::max_seqs);
+        BOOST_REQUIRE_LE(plan.token_count(), scheduler.batching().max_batched_tokens);
+        BOOST_REQUIRE_LE(static_cast<int>(plan.work.size()), scheduler.batching().max_seqs);
+        BOOST_REQUIRE_LE(static_cast<int>(scheduler.running().size()), scheduler.batching().max_seqs);
         bool seen_prefill = false;
         std::set<RequestId> in_step;
         for (ScheduledWork const& work : plan.work) {

@@ -8,9 +8,11 @@ namespace tinfer::sched {
 // chunk_length(pending, limit): tokens to compute this step for a request with `pending`
 // uncomputed context tokens, when at most `limit` fit (the step's remaining token budget and
 // the KV blocks free, whichever is smaller). 0 means: not this step. Must be <= both arguments.
+// The policy is a value (its chunk size a run-time number); a static chunk_length works too.
 template <class Policy>
-concept PrefillPolicy = requires(int pending, int limit) {
-    { Policy::chunk_length(pending, limit) } -> std::same_as<int>;
+concept PrefillPolicy = std::copyable<Policy> &&
+    requires(Policy const& policy, int pending, int limit) {
+    { policy.chunk_length(pending, limit) } -> std::same_as<int>;
 };
 
 // The whole uncomputed context in one step, or nothing.
@@ -22,10 +24,12 @@ struct WholePrompt {
 
 // At most `max_chunk` tokens per request per step, cut to whatever budget is left, so that long
 // prompts share steps with decodes instead of stalling them (vLLM's chunked prefill).
-template <int max_chunk>
+// The template argument is the default chunk; `max_chunk` is a run-time value.
+template <int default_max_chunk = 512>
 struct ChunkedPrefill {
-    static_assert(max_chunk > 0, "ChunkedPrefill<max_chunk>: max_chunk must be positive");
-    static constexpr int chunk_length(int pending, int limit) {
+    static_assert(default_max_chunk > 0, "ChunkedPrefill<max_chunk>: max_chunk must be positive");
+    int max_chunk = default_max_chunk;
+    constexpr int chunk_length(int pending, int limit) const {
         return std::max(0, std::min({pending, limit, max_chunk}));
     }
 };

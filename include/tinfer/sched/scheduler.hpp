@@ -60,8 +60,22 @@ class Scheduler {
     using queue_order = Order;
     using eviction_policy = Eviction;
 
-    Scheduler() = default;
-    explicit Scheduler(Order order) : order_(std::move(order)) {}
+    // The policies are values: their numbers (max_seqs, max_batched_tokens, the prefill chunk)
+    // are chosen here at run time; the types choose the behaviour. Numbers a scheduler cannot
+    // run with are refused with tinfer::Error naming them.
+    Scheduler() : Scheduler(Batching{}, Prefill{}, Order{}) {}
+    explicit Scheduler(Batching batching, Prefill prefill = {}, Order order = {})
+        : batching_(std::move(batching)), prefill_(std::move(prefill)), order_(std::move(order)) {
+        validate_batching(batching_, "Scheduler batching policy");
+        if constexpr (requires { prefill_.max_chunk; })
+            if (prefill_.max_chunk <= 0)
+                throw Error("Scheduler prefill policy: max_chunk must be positive, got " +
+                            std::to_string(prefill_.max_chunk));
+    }
+    explicit Scheduler(Order order) : Scheduler(Batching{}, Prefill{}, std::move(order)) {}
+
+    Batching const& batching() const { return batching_; }
+    Prefill const& prefill() const { return prefill_; }
 
     // Queues a request. Throws RequestError for an empty prompt, no tokens to generate, an id
     // already live, or a request whose longest re-prefill (prompt + max_new_tokens - 1 tokens,
@@ -76,11 +90,11 @@ class Scheduler {
         if (requests_.contains(spec.id))
             throw RequestError(to_string(spec.id) + " is already queued or running");
         int const longest_prefill = spec.prompt_length + spec.max_new_tokens - 1;
-        if (Prefill::chunk_length(longest_prefill, Batching::max_batched_tokens) <= 0)
+        if (prefill_.chunk_length(longest_prefill, batching_.max_batched_tokens) <= 0)
             throw RequestError(to_string(spec.id) + ": prompt_length + max_new_tokens - 1 = " +
                                std::to_string(longest_prefill) +
                                " tokens can never be prefilled in one step's budget of " +
-                               std::to_string(Batching::max_batched_tokens) + " tokens");
+                               std::to_string(batching_.max_batched_tokens) + " tokens");
         Request request{.id = spec.id,
                         .prompt_length = spec.prompt_length,
                         .max_new_tokens = spec.max_new_tokens,
@@ -113,7 +127,7 @@ class Scheduler {
                 "Scheduler::schedule called before on_step_done reported "
                 "the previous step");
         StepPlan plan;
-        Step step{.tokens_left = Batching::max_batched_tokens,
+        Step step{.tokens_left = batching_.max_batched_tokens,
                   .free_blocks = static_cast<int>(kv.free_blocks())};
         if constexpr (Preemption::uses_host_memory && SwapCapacity<Kv>)
             step.free_host_blocks = static_cast<int>(kv.free_host_blocks());
@@ -228,13 +242,13 @@ class Scheduler {
 
     // Tokens to compute for `request` this step given the budget and blocks left; 0: none.
     template <class Kv>
-    static int tokens_to_run(Kv const& kv, Request const& request, Step const& step) {
+    int tokens_to_run(Kv const& kv, Request const& request, Step const& step) {
         if (request.is_decoding())
             return step.tokens_left >= 1 && fits(kv, request, 1, step.free_blocks) ? 1 : 0;
-        int const wanted = Prefill::chunk_length(request.pending_tokens(), step.tokens_left);
+        int const wanted = prefill_.chunk_length(request.pending_tokens(), step.tokens_left);
         if (wanted <= 0) return 0;
         int const fitting = tokens_that_fit(kv, request, wanted, step.free_blocks);
-        return Prefill::chunk_length(request.pending_tokens(), fitting);
+        return prefill_.chunk_length(request.pending_tokens(), fitting);
     }
 
     template <class Kv>
@@ -307,7 +321,7 @@ class Scheduler {
                 continue;
             }
             int const wanted =
-                decoding ? 1 : Prefill::chunk_length(request.pending_tokens(), step.tokens_left);
+                decoding ? 1 : prefill_.chunk_length(request.pending_tokens(), step.tokens_left);
             if (wanted <= 0) {  // the budget is spent; it keeps its blocks for the next step
                 step.stalled = true;
                 ++index;
@@ -336,7 +350,7 @@ class Scheduler {
     template <class Kv>
     void swap_in(Kv const& kv, StepPlan& plan, Step& step) {
         while (!swapped_.empty() &&
-               running_.size() < static_cast<std::size_t>(Batching::max_seqs)) {
+               running_.size() < static_cast<std::size_t>(batching_.max_seqs)) {
             Request& request = requests_.at(swapped_.front());
             int const tokens = tokens_to_run(kv, request, step);
             if (tokens == 0) {
@@ -363,7 +377,7 @@ class Scheduler {
         bool const batch_open = !Batching::joins_running_batch && live_batch_members_ > 0;
         std::uint64_t const forming_batch = current_batch_ + 1;
         for (std::size_t index = 0; index < waiting_.size();) {
-            if (running_.size() >= static_cast<std::size_t>(Batching::max_seqs)) return;
+            if (running_.size() >= static_cast<std::size_t>(batching_.max_seqs)) return;
             Request& request = requests_.at(waiting_[index]);
             if (batch_open && request.batch != current_batch_) {
                 ++index;
@@ -406,6 +420,8 @@ class Scheduler {
         requests_.erase(id);
     }
 
+    Batching batching_{};
+    Prefill prefill_{};
     Order order_{};
     std::unordered_map<RequestId, Request> requests_;
     std::vector<RequestId> waiting_, running_, swapped_;
