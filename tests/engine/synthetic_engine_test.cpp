@@ -158,6 +158,8 @@ Run run_observed(E& engine, std::vector<Arrival> const& arrivals, Now now, Advan
         });
         run.requests[id] = {.prompt_length = static_cast<int>(request.prompt_tokens.size()),
                             .submitted = submitted};
+        // Time passes before the next step takes it in: TTFT and latency must count it.
+        advance(milliseconds(2));
     };
     std::size_t next = 0;
     bool working = true;
@@ -240,7 +242,8 @@ BOOST_AUTO_TEST_CASE(metrics_equal_the_tests_own_measurements_under_a_manual_clo
             BOOST_TEST(m.generated_tokens == o.tokens);
             BOOST_TEST(m.prompt_tokens == o.prompt_length);
             BOOST_TEST(m.finish_reason == "length");
-            // Submitted right before a step, with no time between: arrival is the submit time.
+            // Arrival is the submit time, not when the next step took the request in (2 ms
+            // later on this clock).
             BOOST_TEST((m.arrival == o.submitted));
             BOOST_TEST((m.first_token == o.first_token));
             BOOST_TEST((m.first_scheduled == o.first_step_start));

@@ -117,7 +117,10 @@ class Engine {
     // requests submitted in the same order and step() called alike, so every rank plans the
     // same batches; the all-reduces inside the forward pass leave every rank the same logits,
     // hence the same tokens.
-    Engine(gguf::File file, EngineOptions options, Drafter drafter, Parallel parallel)
+    // `scheduler` carries the policies' run-time numbers (max_seqs, max_batched_tokens, the
+    // prefill chunk); its default takes the policies' defaults.
+    Engine(gguf::File file, EngineOptions options, Drafter drafter, Parallel parallel,
+           Scheduler scheduler = {})
         : file_(std::move(file)),
           options_(options),
           model_(Model::bind(file_, std::move(parallel))),
@@ -125,16 +128,22 @@ class Engine {
           chat_(tok::chat_template_from_gguf(file_)),
           metrics_(options.clock),
           kv_(options.kv_budget_bytes, options.host_swap_bytes, options.prefix_caching, metrics_),
-          runner_(step_rows(options), options.threads > 0 ? options.threads : omp_get_num_procs(),
+          scheduler_(std::move(scheduler)),
+          runner_(step_rows(), options.threads > 0 ? options.threads : omp_get_num_procs(),
                   options.int8_activations),
           speculation_(std::move(drafter), config.vocab),
-          intake_(tokenizer_, chat_, limits()) {
+          intake_(tokenizer_, chat_, limits(), metrics_) {
         if constexpr (spec::TargetAttachedDrafter<Drafter, Model>)
             speculation_.drafter().attach(model_, runner_.workspace().threads());
         // Model drafters run their passes in the engine's precision.
         if constexpr (requires { speculation_.drafter().set_int8_activations(true); })
             speculation_.drafter().set_int8_activations(options.int8_activations);
     }
+
+    // Default drafter and model, the scheduler's numbers chosen here.
+    Engine(gguf::File file, EngineOptions options, Scheduler scheduler) requires
+        std::default_initializable<Drafter> && std::default_initializable<Parallel>
+        : Engine(std::move(file), options, Drafter{}, Parallel{}, std::move(scheduler)) {}
 
     Engine(Engine const&) = delete;
     Engine& operator=(Engine const&) = delete;
@@ -253,17 +262,18 @@ class Engine {
         }
     };
 
-    static int step_rows(EngineOptions const& options) {
-        if (options.max_step_tokens <= 0)
+    // Rows of one forward call: the step's token budget, split when max_step_tokens is less.
+    int step_rows() const {
+        if (options_.max_step_tokens <= 0)
             throw Error("EngineOptions.max_step_tokens must be positive");
-        return std::min(options.max_step_tokens, Batching::max_batched_tokens);
+        return std::min(options_.max_step_tokens, scheduler_.batching().max_batched_tokens);
     }
 
     RequestLimits limits() const {
         RequestLimits limits{.vocab = config.vocab,
                              .max_context = config.max_context,
                              .max_cached_tokens = kv_.max_request_tokens(config.max_context),
-                             .max_draft_tokens = step_rows(options_) - 1};
+                             .max_draft_tokens = step_rows() - 1};
         if (evicts)
             limits.speculation_refusal =
                 "under a token-eviction policy, rolling back drafts would need the slots "
@@ -288,7 +298,7 @@ class Engine {
                 if (p.callback) p.callback(event);
                 continue;
             }
-            metrics_.on_arrival(p.id, sched::TenantId{q.tenant}, prompt_length);
+            metrics_.on_arrival(p.id, sched::TenantId{q.tenant}, prompt_length, p.submitted);
             std::vector<std::int32_t> context = p.prompt;
             StopConditions conditions = stop_conditions_of(q);
             live_.emplace(p.id,
@@ -335,10 +345,10 @@ class Engine {
     tok::ChatTemplate chat_;
     sched::MetricsRecorder metrics_;
     KvParts kv_;
+    Scheduler scheduler_;
     StepRunner<Model> runner_;
     SpeculativeRound<Drafter> speculation_;
     RequestIntake intake_;
-    Scheduler scheduler_;
     Capacity capacity_{this};
     std::unordered_map<RequestId, LiveRequest> live_;
     typename StepRunner<Model>::Failures failed_;  // ended by an error this step

@@ -12,6 +12,7 @@
 #include <tinfer/engine/request.hpp>
 #include <tinfer/format/chat_template.hpp>
 #include <tinfer/format/tokenizer.hpp>
+#include <tinfer/sched/metrics.hpp>
 
 namespace tinfer {
 
@@ -22,12 +23,13 @@ class RequestIntake {
         GenerationRequest request;
         std::vector<std::int32_t> prompt;
         TokenCallback callback;
+        sched::Clock::time_point submitted;  // by the metrics' clock: TTFT counts from here
     };
 
-    // The tokenizer and template must outlive the intake.
+    // The tokenizer, template and metrics must outlive the intake.
     RequestIntake(tok::Tokenizer const& tokenizer, tok::ChatTemplate const& chat,
-                  RequestLimits limits)
-        : tokenizer_(&tokenizer), chat_(&chat), limits_(std::move(limits)) {}
+                  RequestLimits limits, sched::MetricsRecorder const& metrics)
+        : tokenizer_(&tokenizer), chat_(&chat), limits_(std::move(limits)), metrics_(&metrics) {}
 
     // The request's prompt as token ids: `prompt_tokens`, else the rendered chat, else text.
     std::vector<std::int32_t> prompt_of(GenerationRequest const& request) const {
@@ -44,6 +46,7 @@ class RequestIntake {
         Arrival arrival{.request = std::move(request), .callback = std::move(callback)};
         arrival.prompt = prompt_of(arrival.request);
         validate_request(arrival.request, arrival.prompt, limits_);
+        arrival.submitted = metrics_->now();
         std::lock_guard lock(mutex_);
         arrival.id = sched::RequestId{next_id_++};
         sched::RequestId const id = arrival.id;
@@ -88,6 +91,7 @@ class RequestIntake {
     tok::Tokenizer const* tokenizer_;
     tok::ChatTemplate const* chat_;
     RequestLimits limits_;
+    sched::MetricsRecorder const* metrics_;
     mutable std::mutex mutex_;
     std::condition_variable ready_;
     std::vector<Arrival> arrivals_;

@@ -12,8 +12,8 @@
 #include <optional>
 #include <ostream>
 #include <string>
-#include <utility>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <tinfer/sched/request.hpp>
@@ -67,8 +67,8 @@ struct RunSummary {
     std::int64_t prompt_tokens = 0;
     std::int64_t computed_tokens = 0;  // every token through the model, recomputation included
     int preemptions = 0;
-    int swap_outs = 0;                  // preemptions that moved KV blocks to the host pool
-    int swap_ins = 0;                   // and those that brought them back
+    int swap_outs = 0;  // preemptions that moved KV blocks to the host pool
+    int swap_ins = 0;   // and those that brought them back
     std::int64_t swapped_out_blocks = 0;
     std::int64_t swapped_in_blocks = 0;
     int steps = 0;
@@ -85,12 +85,15 @@ class MetricsRecorder {
   public:
     explicit MetricsRecorder(ClockSource clock = {}) : clock_(std::move(clock)) {}
 
-    void on_arrival(RequestId id, TenantId tenant, int prompt_tokens) {
+    // `submitted`: when the caller handed the request over (the engine stamps it at submit(),
+    // so TTFT and latency include the wait for the next step); now() when not given.
+    void on_arrival(RequestId id, TenantId tenant, int prompt_tokens,
+                    std::optional<Clock::time_point> submitted = std::nullopt) {
         RequestMetrics& m = live_[id];
         m.id = id;
         m.tenant = tenant;
         m.prompt_tokens = prompt_tokens;
-        m.arrival = now();
+        m.arrival = submitted ? *submitted : now();
         if (!run_start_) run_start_ = m.arrival;
         summary_.prompt_tokens += prompt_tokens;
     }
@@ -189,9 +192,10 @@ class MetricsRecorder {
             << ",\"prefix_hit_rate\":" << s.prefix_hit_rate << "}\n";
     }
 
-  private:
+    // The recorder's clock (a test's manual one, or the steady clock).
     Clock::time_point now() const { return clock_ ? clock_() : Clock::now(); }
 
+  private:
     ClockSource clock_;
     std::unordered_map<RequestId, RequestMetrics> live_;
     std::vector<RequestMetrics> done_;
