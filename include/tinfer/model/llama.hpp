@@ -144,11 +144,14 @@ class Llama {
         // their own read ws.rope_sliding.
         constexpr LayerKind main_kind =
             model::uses_two_layer_kinds<Cfg> ? LayerKind::global : Cfg.layer_kind(0);
-        kernels::rope_table<Cfg.head_dim>(Cfg.rope_base_of(main_kind), ws.positions.data(), rows,
-                                          ws.rope.data());
+        // The angle table takes head_dim at run time: static it measured 0.93-1.01x the dynamic
+        // form's time on every shape (docs/specialization.md), so one instantiation serves all.
+        DynamicExtent const head_dim{Cfg.head_dim};
+        kernels::rope_table(head_dim, Cfg.rope_base_of(main_kind), ws.positions.data(), rows,
+                            ws.rope.data());
         if constexpr (model::has_sliding_rope_table<local_config>) {
-            kernels::rope_table<Cfg.head_dim>(Cfg.rope_base_of(LayerKind::sliding),
-                                              ws.positions.data(), rows, ws.rope_sliding.data());
+            kernels::rope_table(head_dim, Cfg.rope_base_of(LayerKind::sliding), ws.positions.data(),
+                                rows, ws.rope_sliding.data());
         }
         plan_attention(chunks, ws);
 
