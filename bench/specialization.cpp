@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <random>
 #include <string>
 #include <string_view>
@@ -20,6 +19,7 @@
 #include <tinfer/kernels/attention.hpp>
 #include <tinfer/kernels/rmsnorm.hpp>
 #include <tinfer/kernels/rope.hpp>
+#include <tinfer/kv/kv_view.hpp>
 
 namespace {
 
@@ -158,27 +158,12 @@ void bench_rope(char const* what, int heads, int rows) {
            table == table_dynamic);
 }
 
-// A contiguous float KV view: [kv_heads][tokens][head_dim] for K and for V.
-struct FloatView {
-    int head_dim, kv_heads, length;
-    std::vector<float> keys, values;
-    int tokens() const { return length; }
-    void load_keys(int h, int first, int count, float* out) const {
-        std::memcpy(out, keys.data() + (static_cast<std::size_t>(h) * length + first) * head_dim,
-                    sizeof(float) * static_cast<std::size_t>(count) * head_dim);
-    }
-    void load_values(int h, int first, int count, float* out) const {
-        std::memcpy(out, values.data() + (static_cast<std::size_t>(h) * length + first) * head_dim,
-                    sizeof(float) * static_cast<std::size_t>(count) * head_dim);
-    }
-};
-
 // ---- attention: `queries` causal queries at the end of a `context`-token sequence ----
 template <int head_dim, int group>
 void bench_attention(char const* what, int kv_heads, int context, int queries) {
-    FloatView const view{head_dim, kv_heads, context,
-                         random_floats(static_cast<std::size_t>(kv_heads) * context * head_dim, 4),
-                         random_floats(static_cast<std::size_t>(kv_heads) * context * head_dim, 5)};
+    auto const keys = random_floats(static_cast<std::size_t>(kv_heads) * context * head_dim, 4);
+    auto const values = random_floats(static_cast<std::size_t>(kv_heads) * context * head_dim, 5);
+    kv::FloatKvView const view{head_dim, context, keys, values};
     int const heads = kv_heads * group;
     std::size_t const row = static_cast<std::size_t>(heads) * head_dim;
     auto const q = random_floats(static_cast<std::size_t>(queries) * row, 6, 0.3f);

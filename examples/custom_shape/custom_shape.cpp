@@ -72,22 +72,6 @@ void row(char const* kernel, std::pair<double, double> t) {
                 t.second / t.first);
 }
 
-struct FloatView {
-    int length;
-    std::vector<float> keys, values;
-    int tokens() const { return length; }
-    void load_keys(int h, int first, int count, float* out) const {
-        std::copy_n(
-            keys.data() + (static_cast<std::size_t>(h) * length + first) * my_shape.head_dim,
-            static_cast<std::size_t>(count) * my_shape.head_dim, out);
-    }
-    void load_values(int h, int first, int count, float* out) const {
-        std::copy_n(
-            values.data() + (static_cast<std::size_t>(h) * length + first) * my_shape.head_dim,
-            static_cast<std::size_t>(count) * my_shape.head_dim, out);
-    }
-};
-
 void kernel_table() {
     constexpr int d = my_shape.head_dim, group = my_shape.group_size();
     std::vector<float> x(static_cast<std::size_t>(512) * my_shape.hidden, 0.5f);
@@ -123,8 +107,9 @@ void kernel_table() {
                                                                my_shape.heads, q_row, table.data());
                                        }));
     int const context = 1024;
-    FloatView const view{context, std::vector<float>(static_cast<std::size_t>(context) * d, 0.01f),
-                         std::vector<float>(static_cast<std::size_t>(context) * d, 0.02f)};
+    std::vector<float> const keys(static_cast<std::size_t>(context) * d, 0.01f);
+    std::vector<float> const values(static_cast<std::size_t>(context) * d, 0.02f);
+    kv::FloatKvView const view{d, context, keys, values};
     std::vector<float> q(q_row, 0.1f), o(q_row);
     kernels::AttentionChunk const chunk{.first_position = context - 1,
                                         .queries = 1,

@@ -13,6 +13,7 @@
 #include <tinfer/kernels/attention.hpp>
 #include <tinfer/kernels/rmsnorm.hpp>
 #include <tinfer/kernels/rope.hpp>
+#include <tinfer/kv/kv_view.hpp>
 
 #include "testing.hpp"
 
@@ -27,20 +28,6 @@ std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float scale 
     for (float& x : v) x = normal(rng);
     return v;
 }
-
-struct FloatView {
-    int head_dim, length;
-    std::vector<float> keys, values;  // [kv_heads][length][head_dim]
-    int tokens() const { return length; }
-    void load_keys(int h, int first, int count, float* out) const {
-        std::copy_n(keys.data() + (static_cast<std::size_t>(h) * length + first) * head_dim,
-                    static_cast<std::size_t>(count) * head_dim, out);
-    }
-    void load_values(int h, int first, int count, float* out) const {
-        std::copy_n(values.data() + (static_cast<std::size_t>(h) * length + first) * head_dim,
-                    static_cast<std::size_t>(count) * head_dim, out);
-    }
-};
 
 template <int width>
 void check_rmsnorm(int rows, std::uint64_t seed) {
@@ -77,7 +64,8 @@ void check_rope(int heads, int rows, std::uint64_t seed) {
 template <int head_dim, int group, int window, int scale_dim>
 void check_attention(int kv_heads, int context, int queries, std::uint64_t seed) {
     std::size_t const kv = static_cast<std::size_t>(kv_heads) * context * head_dim;
-    FloatView const view{head_dim, context, random_floats(kv, seed), random_floats(kv, seed + 1)};
+    auto const keys = random_floats(kv, seed), values = random_floats(kv, seed + 1);
+    kv::FloatKvView const view{head_dim, context, keys, values};
     std::size_t const row = static_cast<std::size_t>(kv_heads) * group * head_dim;
     auto const q = random_floats(static_cast<std::size_t>(queries) * row, seed + 2, 0.5f);
     std::vector<float> fixed(q.size()), any(q.size());

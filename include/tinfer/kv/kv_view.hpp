@@ -3,7 +3,10 @@
 // laid out (contiguous, paged, quantized): it asks a view for a run of tokens of one KV head,
 // decoded to float, and works tile by tile. A paged cache and a contiguous one produce the same
 // floats for the same tokens, so attention over either gives bitwise the same result.
+#include <algorithm>
 #include <concepts>
+#include <cstddef>
+#include <span>
 
 namespace tinfer::kv {
 
@@ -23,6 +26,28 @@ concept KvStore = requires(Cache& cache, Cache const& const_cache, int seq, int 
                            float const* k, float const* v) {
     cache.write(seq, layer, position, k, v);  // k, v: [kv_heads][head_dim] for one token
     { const_cache.view(seq, layer) } -> KvView;
+};
+
+// A view over float keys and values laid out [kv_heads][tokens][head_dim], owned by the
+// caller: what benchmarks, examples and kernel tests hand attention when no cache is involved.
+struct FloatKvView {
+    int head_dim = 0;
+    int length = 0;  // tokens per KV head
+    std::span<float const> keys, values;
+
+    int tokens() const { return length; }
+    void load_keys(int kv_head, int first, int count, float* out) const {
+        load(keys, kv_head, first, count, out);
+    }
+    void load_values(int kv_head, int first, int count, float* out) const {
+        load(values, kv_head, first, count, out);
+    }
+
+  private:
+    void load(std::span<float const> from, int kv_head, int first, int count, float* out) const {
+        std::size_t const start = (static_cast<std::size_t>(kv_head) * length + first) * head_dim;
+        std::copy_n(from.data() + start, static_cast<std::size_t>(count) * head_dim, out);
+    }
 };
 
 }  // namespace tinfer::kv
