@@ -89,7 +89,7 @@ __global__ void fill_bf16_kernel(std::uint16_t* out, std::size_t count, std::uin
         h *= mixer;
         h ^= h >> 12;
         float const value = static_cast<float>(h & low_16_bits) / half_range - 1.0f;
-        out[i] = Element<DType::bf16>::from_float(value);
+        out[i] = DeviceElement<DType::bf16>::from_float(value);
     }
 }
 

@@ -24,8 +24,8 @@
 #include "../common/cli_options.hpp"
 
 #include <tinfer/config/presets.hpp>
-#include <tinfer/dist/disaggregation.hpp>
-#include <tinfer/dist/mpi_communicator.hpp>
+#include <tinfer/distributed/disaggregation.hpp>
+#include <tinfer/distributed/mpi_communicator.hpp>
 #include <tinfer/engine/output_stream.hpp>
 #include <tinfer/format/chat_template.hpp>
 #include <tinfer/format/gguf.hpp>
@@ -42,7 +42,7 @@ constexpr int decode_rank = 1;
 constexpr int ranks_needed = 2;
 constexpr int block_size = 16;
 // Rank 0 tells rank 1 its timings on a tag of their own, after the hand-off: reporting only.
-constexpr int timings_tag = tinfer::dist::default_kv_transfer_tag + 1;
+constexpr int timings_tag = tinfer::distributed::default_kv_transfer_tag + 1;
 
 struct Options {
     std::string model;
@@ -56,7 +56,7 @@ struct Options {
 
 template <tinfer::ModelConfig Cfg>
 int run(tinfer::gguf::File const& file, Options const& options,
-        tinfer::dist::MpiCommunicator& comm) {
+        tinfer::distributed::MpiCommunicator& comm) {
     using namespace tinfer;
     using Cache = kv::PagedKvCache<Cfg, block_size, kv::Fp32Codec>;
     using Model = Llama<Cfg>;
@@ -71,7 +71,7 @@ int run(tinfer::gguf::File const& file, Options const& options,
     GenerationRequest const request{.prompt_tokens = tokenizer.encode_prompt(text),
                                     .max_tokens = options.max_tokens,
                                     .sampling = options.sampling};
-    dist::validate_routed(request_id, request, dist::worker_limits<Cfg, Cache>(0));
+    distributed::validate_routed(request_id, request, distributed::worker_limits<Cfg, Cache>(0));
 
     auto const model = Model::bind(file);
     int const threads =
@@ -83,23 +83,23 @@ int run(tinfer::gguf::File const& file, Options const& options,
 
     if (comm.rank() == prefill_rank) {
         Cache cache(cache_bytes(static_cast<int>(request.prompt_tokens.size())));
-        dist::PrefillWorker prefill(model, cache, comm,
-                                    {.decode_rank = decode_rank,
-                                     .chunk_tokens = options.prefill_chunk,
-                                     .threads = threads});
-        dist::PrefillReport const report = prefill.serve(request_id, request);
+        distributed::PrefillWorker prefill(model, cache, comm,
+                                           {.decode_rank = decode_rank,
+                                            .chunk_tokens = options.prefill_chunk,
+                                            .threads = threads});
+        distributed::PrefillReport const report = prefill.serve(request_id, request);
         std::array<double, 2> const timings{report.prefill_seconds, report.transfer_seconds};
         comm.send(std::as_bytes(std::span(timings)), decode_rank, timings_tag);
         return 0;
     }
 
-    Cache cache(cache_bytes(dist::kv_positions_of(request)));
+    Cache cache(cache_bytes(distributed::kv_positions_of(request)));
     auto const ends = tokenizer.end_of_generation();
-    dist::DecodeWorker decode(model, cache, comm,
-                              {.prefill_rank = prefill_rank,
-                               .max_batch = 1,
-                               .threads = threads,
-                               .end_of_generation = {ends.begin(), ends.end()}});
+    distributed::DecodeWorker decode(model, cache, comm,
+                                     {.prefill_rank = prefill_rank,
+                                      .max_batch = 1,
+                                      .threads = threads,
+                                      .end_of_generation = {ends.begin(), ends.end()}});
     decode.expect(request_id, request);
     std::vector<Completion> const done = decode.run_until_idle();
     std::array<double, 2> prefill_timings{};
@@ -112,7 +112,7 @@ int run(tinfer::gguf::File const& file, Options const& options,
 
     auto const prompt_tokens = static_cast<int>(request.prompt_tokens.size());
     double const formula_bytes = Cfg.kv_bytes(prompt_tokens);
-    dist::DecodeStats const& stats = decode.stats();
+    distributed::DecodeStats const& stats = decode.stats();
     std::fprintf(
         stderr,
         "\n[disaggregated] prompt tokens %d, generated %zu (%s), %d thread(s) per rank\n"
@@ -123,7 +123,7 @@ int run(tinfer::gguf::File const& file, Options const& options,
         prompt_tokens, completion.tokens.size(), std::string(name_of(completion.finish)).c_str(),
         threads, prefill_rank, prefill_timings[0] * 1e3, prompt_tokens / prefill_timings[0],
         completion.handoff.bytes_received, Cache::blocks_for(prompt_tokens), block_size,
-        dist::kv_transfer_header_bytes, Cfg.kv_bytes_per_token(), formula_bytes,
+        distributed::kv_transfer_header_bytes, Cfg.kv_bytes_per_token(), formula_bytes,
         completion.handoff.transfer_seconds * 1e3,
         static_cast<double>(completion.handoff.bytes_received) /
             completion.handoff.transfer_seconds / 1e9,
@@ -137,7 +137,7 @@ int run(tinfer::gguf::File const& file, Options const& options,
 }  // namespace
 
 int main(int argc, char** argv) {
-    tinfer::dist::MpiEnvironment environment(&argc, &argv);
+    tinfer::distributed::MpiEnvironment environment(&argc, &argv);
     Options options;
     options.model = tinfer::examples::default_model_path().string();
     CLI::App app{"Serve one prompt with prefill on MPI rank 0 and decode on rank 1"};
@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
 
     try {
-        tinfer::dist::MpiCommunicator comm;
+        tinfer::distributed::MpiCommunicator comm;
         if (comm.size() != ranks_needed) {
             throw tinfer::Error("started on " + std::to_string(comm.size()) +
                                 " rank(s); run it as mpirun -n 2 (rank 0 prefills, rank 1 "
@@ -164,8 +164,8 @@ int main(int argc, char** argv) {
         }
         if (options.prompt.empty()) throw tinfer::RequestError("the prompt is empty");
         auto const file = tinfer::gguf::File::open(options.model);
-        // SmolLM2 only: dist::KvBlockLayout ships blocks of one layer group, and Gemma 3's hybrid
-        // cache has six (a sliding-window shape does not compile here).
+        // SmolLM2 only: distributed::KvBlockLayout ships blocks of one layer group, and Gemma 3's
+        // hybrid cache has six (a sliding-window shape does not compile here).
         return tinfer::with_preset<tinfer::presets::smollm2_135m>(
             file, [&]<tinfer::ModelConfig Cfg>() { return run<Cfg>(file, options, comm); });
     } catch (std::exception const& e) {

@@ -40,7 +40,7 @@
 #ifdef TINFER_WITH_MPI
 #include <mpi.h>
 
-#include <tinfer/dist/mpi_communicator.hpp>
+#include <tinfer/distributed/mpi_communicator.hpp>
 #endif
 
 namespace {
@@ -188,7 +188,7 @@ int run(tinfer::gguf::File const& file, Options const& options, Model const& mod
 // Tensor-parallel degrees this program is compiled for; a shape gets those it divides evenly.
 template <tinfer::ModelConfig Cfg, int... Degrees>
 int run_tensor_parallel(tinfer::gguf::File const& file, Options const& options,
-                        tinfer::dist::MpiCommunicator& comm) {
+                        tinfer::distributed::MpiCommunicator& comm) {
     using namespace tinfer;
     if (comm.size() != options.tensor_parallel) {
         throw Error("--tp " + std::to_string(options.tensor_parallel) +
@@ -205,7 +205,7 @@ int run_tensor_parallel(tinfer::gguf::File const& file, Options const& options,
         if constexpr (model::tensor_parallel_fits<Cfg, Tp>()) {
             fitting += (fitting.empty() ? "" : ", ") + std::to_string(Tp);
             if (options.tensor_parallel == Tp) {
-                using Parallel = model::TensorParallel<Tp, dist::MpiCommunicator>;
+                using Parallel = model::TensorParallel<Tp, distributed::MpiCommunicator>;
                 result = run<Cfg>(file, options, Llama<Cfg, Parallel>::bind(file, Parallel(comm)),
                                   ranks);
             }
@@ -260,8 +260,8 @@ int main(int argc, char** argv) {
         auto const file = tinfer::gguf::File::open(options.model);
         if (options.tensor_parallel > 1) {
 #ifdef TINFER_WITH_MPI
-            tinfer::dist::MpiEnvironment mpi(&argc, &argv);
-            tinfer::dist::MpiCommunicator comm;
+            tinfer::distributed::MpiEnvironment mpi(&argc, &argv);
+            tinfer::distributed::MpiCommunicator comm;
             return tinfer::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
                 return run_tensor_parallel<Cfg, 2, 3, 4, 8>(file, options, comm);
             });

@@ -3,7 +3,7 @@
 // tokenizers, kernels, KV caches, the model, the scheduler, the engine and its parts,
 // speculative decoding, tensor-parallel sharding and disaggregation over any Communicator.
 // Two families need a toolchain a host build may lack and are included on their own:
-// <tinfer/dist/mpi_communicator.hpp> (MPI) and the CUDA headers (*.cuh, kernels/cuda/,
+// <tinfer/distributed/mpi_communicator.hpp> (MPI) and the CUDA headers (*.cuh, kernels/cuda/,
 // model/cuda/), compiled by nvcc.
 #include <tinfer/config/model_config.hpp>
 #include <tinfer/config/presets.hpp>
@@ -19,11 +19,10 @@
 #include <tinfer/core/int_quant.hpp>
 #include <tinfer/core/philox.hpp>
 #include <tinfer/core/simd_intrinsics.hpp>
-#include <tinfer/dist/communicator.hpp>
-#include <tinfer/dist/disaggregation.hpp>
-#include <tinfer/dist/kv_transfer.hpp>
-#include <tinfer/dist/scale_out_arithmetic.hpp>
-#include <tinfer/dist/tensor_parallel.hpp>
+#include <tinfer/core/communicator.hpp>
+#include <tinfer/distributed/disaggregation.hpp>
+#include <tinfer/distributed/kv_transfer.hpp>
+#include <tinfer/distributed/scale_out_arithmetic.hpp>
 #include <tinfer/engine/drafters.hpp>
 #include <tinfer/engine/engine.hpp>
 #include <tinfer/engine/kv_lifecycle.hpp>
@@ -79,6 +78,7 @@
 #include <tinfer/model/parallel.hpp>
 #include <tinfer/model/sequence_chunk.hpp>
 #include <tinfer/model/shipped_presets.hpp>
+#include <tinfer/model/tensor_parallel_shard.hpp>
 #include <tinfer/model/weights.hpp>
 #include <tinfer/model/with_preset.hpp>
 #include <tinfer/model/workspace.hpp>

@@ -90,7 +90,7 @@ void test_sampling_exp(Checker& checker, std::mt19937_64& rng) {
 
 // The host's refusal of a row, or "" when it samples one.
 std::string host_refusal(std::vector<float> const& row, kernels::SamplingParams const& params,
-                         kernels::SamplingWorkspace& workspace) {
+                         kernels::DeviceSamplingWorkspace& workspace) {
     try {
         (void)kernels::sample_token({row.data(), row.size()}, params, {}, 1, 0, workspace);
     } catch (Error const& error) {
@@ -118,7 +118,7 @@ void test_refused_rows(Checker& checker, std::mt19937_64& rng) {
                                     {"every logit -inf", -1, -1, true}};
     for (float const temperature : {0.0f, 0.8f}) {
         kernels::SamplingParams const settings{.temperature = temperature, .seed = rng()};
-        kernels::SamplingWorkspace host_workspace(vocab);
+        kernels::DeviceSamplingWorkspace host_workspace(vocab);
         std::vector<float> logits;
         std::vector<std::string> expected;
         std::vector<std::int32_t> expected_tokens;
@@ -141,7 +141,7 @@ void test_refused_rows(Checker& checker, std::mt19937_64& rng) {
         DeviceBuffer<float> const dlogits(logits);
         DeviceBuffer<kernels::cuda::DeviceSamplingParams> const dparams(params);
         DeviceBuffer<std::int32_t> dtokens(kinds.size());
-        kernels::cuda::SamplingWorkspace workspace(rows, vocab);
+        kernels::cuda::DeviceSamplingWorkspace workspace(rows, vocab);
         workspace.sample(dlogits.data(), dparams.data(), rows, dtokens.data());
         auto const tokens = dtokens.to_host();
         for (int r = 0; r < rows; ++r) {
@@ -197,7 +197,7 @@ void test_sampler(Checker& checker, std::mt19937_64& rng) {
     std::vector<float> logits(static_cast<std::size_t>(rows) * vocab);
     std::vector<kernels::cuda::DeviceSamplingParams> params;
     std::vector<std::int32_t> expected;
-    kernels::SamplingWorkspace host_workspace(vocab);
+    kernels::DeviceSamplingWorkspace host_workspace(vocab);
     for (int r = 0; r < rows; ++r) {
         Case const& c = cases[static_cast<std::size_t>(r / steps)];
         auto const step = static_cast<std::uint32_t>(r % steps);
@@ -232,7 +232,7 @@ void test_sampler(Checker& checker, std::mt19937_64& rng) {
     kernels::cuda::check(cudaStreamCreateWithFlags(&sample_stream, cudaStreamNonBlocking),
                          "cudaStreamCreateWithFlags");
     {
-        kernels::cuda::SamplingWorkspace workspace(rows, vocab, setup_stream);
+        kernels::cuda::DeviceSamplingWorkspace workspace(rows, vocab, setup_stream);
         workspace.sample(dlogits.data(), dparams.data(), rows, dtokens.data(), sample_stream);
         kernels::cuda::check(cudaStreamSynchronize(sample_stream), "cudaStreamSynchronize");
     }

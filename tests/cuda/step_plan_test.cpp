@@ -53,7 +53,7 @@ BOOST_AUTO_TEST_CASE(step_plan_lays_out_chunks_in_order) {
     std::vector<tc::DeviceChunk> const first = {{2, 0, warm}};
     tc::commit_step(tc::plan_step(first, tables, limits), tables);
     std::vector<tc::DeviceChunk> const chunks = {{0, 0, a, true}, {2, 5, b}, {3, 0, c}};
-    tc::StepPlan const plan = tc::plan_step(chunks, tables, limits);
+    tc::DeviceStepPlan const plan = tc::plan_step(chunks, tables, limits);
     // Planned, not yet run: nothing new is cached until commit_step.
     BOOST_TEST(tables.length(0) == 0);
     BOOST_TEST(tables.length(2) == 5);
@@ -160,7 +160,7 @@ BOOST_AUTO_TEST_CASE(random_steps_keep_the_pool_consistent) {
             std::vector<tc::DeviceChunk> const chunk = {
                 {slot, first, std::span(tokens.data(), static_cast<std::size_t>(n))}};
             try {
-                tc::StepPlan const plan = tc::plan_step(chunk, tables, limits);
+                tc::DeviceStepPlan const plan = tc::plan_step(chunk, tables, limits);
                 BOOST_TEST(plan.packed[plan.context_lengths] == first + n);
                 BOOST_TEST(tables.length(slot) == length, "planning changed the cached length");
                 // Some steps fail on the device: the slot then keeps only what precedes the
@@ -199,7 +199,7 @@ BOOST_AUTO_TEST_CASE(a_failed_step_marks_no_position_cached) {
     tc::abandon_step(tc::plan_step(rewind, tables, limits), tables);
     BOOST_TEST(tables.length(0) == 7);
     std::vector<tc::DeviceChunk> const append = {{0, 7, three}, {1, 0, three}};
-    tc::StepPlan const plan = tc::plan_step(append, tables, limits);
+    tc::DeviceStepPlan const plan = tc::plan_step(append, tables, limits);
     tc::abandon_step(plan, tables);
     BOOST_TEST(tables.length(0) == 7);
     BOOST_TEST(tables.length(1) == 0);

@@ -8,7 +8,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <tinfer/config/presets.hpp>
-#include <tinfer/dist/disaggregation.hpp>
+#include <tinfer/distributed/disaggregation.hpp>
 #include <tinfer/engine/kv_lifecycle.hpp>
 #include <tinfer/engine/request.hpp>
 #include <tinfer/kv/paged_cache.hpp>
@@ -126,11 +126,11 @@ BOOST_AUTO_TEST_CASE(largest_request_matches_a_scan_of_the_cache) {
 
 BOOST_AUTO_TEST_CASE(disaggregated_workers_use_the_same_rules) {
     using Cache = kv::PagedKvCache<presets::smollm2_135m, 16>;
-    RequestLimits const limits = dist::worker_limits<presets::smollm2_135m, Cache>(4);
+    RequestLimits const limits = distributed::worker_limits<presets::smollm2_135m, Cache>(4);
     // 4 blocks of 16: a request writes prompt + max_tokens - 1 positions, so 65 fits.
     auto const message = [&](GenerationRequest const& r) {
         try {
-            dist::validate_routed(7, r, limits);
+            distributed::validate_routed(7, r, limits);
         } catch (RequestError const& e) {
             return std::string(e.what());
         }

@@ -1,6 +1,6 @@
 #pragma once
 // The public-domain texts of tests/data/text that perplexity measurements read (KV codecs in
-// bench/kv_bench, eviction policies in tests/model_ext), and how they are joined into one text.
+// bench/kv_bench, eviction policies in tests/model), and how they are joined into one text.
 #include <fstream>
 #include <iterator>
 #include <stdexcept>

@@ -7,14 +7,14 @@
 // its all-reduce is an empty constexpr function, so Llama<Cfg> compiles to the single-process
 // forward pass with no trace of the hooks.
 //
-// TensorParallel<Tp, Comm> is Megatron's split as dist/tensor_parallel.hpp derives it: rank r
-// owns KV heads [r * kv_heads / Tp, ...) with the query heads that read them, and ffn features
-// [r * ffn / Tp, ...). Q, K, V, gate and up are column-parallel: whole consecutive rows of the
-// file's matrices, viewed in place. The attention output and FFN down projections are
-// row-parallel: a column range of every row, copied once at bind time into dense matrices of
-// whole quantization blocks (the cut falls between blocks, which TensorParallelShard checks at
-// compile time). Embedding, norms and LM head stay whole on every rank, so every rank holds the
-// same residual stream and the same logits.
+// TensorParallel<Tp, Comm> is Megatron's split as distributed/tensor_parallel.hpp derives it: rank
+// r owns KV heads [r * kv_heads / Tp, ...) with the query heads that read them, and ffn features [r
+// * ffn / Tp, ...). Q, K, V, gate and up are column-parallel: whole consecutive rows of the file's
+// matrices, viewed in place. The attention output and FFN down projections are row-parallel: a
+// column range of every row, copied once at bind time into dense matrices of whole quantization
+// blocks (the cut falls between blocks, which TensorParallelShard checks at compile time).
+// Embedding, norms and LM head stay whole on every rank, so every rank holds the same residual
+// stream and the same logits.
 #include <concepts>
 #include <cstddef>
 #include <memory>
@@ -24,8 +24,8 @@
 
 #include <tinfer/config/model_config.hpp>
 #include <tinfer/core/error.hpp>
-#include <tinfer/dist/communicator.hpp>
-#include <tinfer/dist/tensor_parallel.hpp>
+#include <tinfer/core/communicator.hpp>
+#include <tinfer/model/tensor_parallel_shard.hpp>
 #include <tinfer/model/weights.hpp>
 
 namespace tinfer::model {
@@ -62,18 +62,18 @@ struct NoParallel {
 template <ModelConfig Cfg, int Tp>
 constexpr bool tensor_parallel_fits() {
     if (Tp <= 0 || Cfg.heads % Tp != 0 || Cfg.kv_heads % Tp != 0 || Cfg.ffn % Tp != 0) return false;
-    int const block = dist::weight_encoding(Cfg.weights).block_elements;
+    int const block = model::weight_encoding(Cfg.weights).block_elements;
     return block > 0 && (Cfg.q_width() / Tp) % block == 0 && (Cfg.ffn / Tp) % block == 0;
 }
 
 // Megatron tensor parallelism over `Tp` processes of the communicator `Comm` (MpiCommunicator
 // for host memory). The communicator must outlive the model.
-template <int Tp, dist::Communicator Comm>
+template <int Tp, Communicator Comm>
 class TensorParallel {
   public:
     static constexpr int degree = Tp;
     template <ModelConfig Cfg>
-    using Shard = dist::TensorParallelShard<Cfg, Tp>;
+    using Shard = model::TensorParallelShard<Cfg, Tp>;
     template <ModelConfig Cfg>
     static constexpr ModelConfig local = Shard<Cfg>::local;
 
@@ -93,29 +93,29 @@ class TensorParallel {
     // rank's shard; returns the copied row-parallel shards the matrices now point into.
     template <ModelConfig Cfg>
     ShardStorage shard(ModelWeights<Cfg>& weights) const {
-        using Projection = dist::LlamaProjection;
+        using Projection = model::LlamaProjection;
         auto storage = std::make_shared<std::vector<std::vector<std::byte>>>();
         // Two row-parallel matrices per layer; reserved so the shards never move.
         storage->reserve(2 * static_cast<std::size_t>(Cfg.layers));
         int const me = rank();
         auto const cut = [&](kernels::WeightMatrix& matrix, Projection projection) {
-            dist::EncodedMatrix const full{
+            model::EncodedMatrix const full{
                 matrix.type, matrix.rows, matrix.cols,
-                std::span(matrix.data, dist::encoded_bytes(matrix.type, matrix.cols) *
+                std::span(matrix.data, model::encoded_bytes(matrix.type, matrix.cols) *
                                            static_cast<std::size_t>(matrix.rows))};
-            dist::IndexRange const slice = Shard<Cfg>::slice_of(projection, me);
-            if (dist::split_of(projection) == dist::Split::column_parallel) {
+            model::IndexRange const slice = Shard<Cfg>::slice_of(projection, me);
+            if (model::split_of(projection) == model::Split::column_parallel) {
                 matrix = {matrix.type, slice.count, matrix.cols,
-                          dist::select_rows(full, slice).data()};
+                          model::select_rows(full, slice).data()};
             } else {
-                storage->push_back(dist::shard_weight<Shard<Cfg>>(projection, full, me));
+                storage->push_back(model::shard_weight<Shard<Cfg>>(projection, full, me));
                 matrix = {matrix.type, matrix.rows, slice.count, storage->back().data()};
             }
         };
         // A column-parallel projection's bias is cut like its rows.
         auto const cut_bias = [&](std::span<float const>& bias, Projection projection) {
             if (bias.empty()) return;
-            dist::IndexRange const slice = Shard<Cfg>::slice_of(projection, me);
+            model::IndexRange const slice = Shard<Cfg>::slice_of(projection, me);
             bias = bias.subspan(static_cast<std::size_t>(slice.first),
                                 static_cast<std::size_t>(slice.count));
         };
@@ -139,6 +139,6 @@ class TensorParallel {
 };
 
 static_assert(ParallelPolicy<NoParallel>);
-static_assert(ParallelPolicy<TensorParallel<1, dist::SingleProcess>>);
+static_assert(ParallelPolicy<TensorParallel<1, SingleProcess>>);
 
 }  // namespace tinfer::model

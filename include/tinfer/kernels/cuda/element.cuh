@@ -14,24 +14,24 @@
 namespace tinfer::kernels::cuda {
 
 template <DType T>
-struct Element;
+struct DeviceElement;
 
 template <>
-struct Element<DType::f32> {
+struct DeviceElement<DType::f32> {
     using Storage = float;
     __device__ static float to_float(Storage s) { return s; }
     __device__ static Storage from_float(float v) { return v; }
 };
 
 template <>
-struct Element<DType::f16> {
+struct DeviceElement<DType::f16> {
     using Storage = std::uint16_t;  // IEEE binary16 bits, as core/half.hpp holds them
     __device__ static float to_float(Storage s) { return __half2float(__ushort_as_half(s)); }
     __device__ static Storage from_float(float v) { return __half_as_ushort(__float2half_rn(v)); }
 };
 
 template <>
-struct Element<DType::bf16> {
+struct DeviceElement<DType::bf16> {
     using Storage = std::uint16_t;  // bfloat16 bits
     __device__ static float to_float(Storage s) {
         return __bfloat162float(__ushort_as_bfloat16(s));
@@ -52,12 +52,12 @@ struct Fp8Element {
     }
 };
 template <>
-struct Element<DType::fp8_e4m3> : Fp8Element<__NV_E4M3> {};
+struct DeviceElement<DType::fp8_e4m3> : Fp8Element<__NV_E4M3> {};
 template <>
-struct Element<DType::fp8_e5m2> : Fp8Element<__NV_E5M2> {};
+struct DeviceElement<DType::fp8_e5m2> : Fp8Element<__NV_E5M2> {};
 
 template <DType T>
-using StorageOf = typename Element<T>::Storage;
+using StorageOf = typename DeviceElement<T>::Storage;
 
 // The dtypes a paged KV cache on the device holds (int8 and int4 need scales: a codec of their
 // own, not a plain element).
@@ -108,7 +108,7 @@ __device__ inline void load_floats(StorageOf<T> const* source, float (&out)[N]) 
     } packed;
     packed.raw = *reinterpret_cast<Raw const*>(source);
 #pragma unroll
-    for (int i = 0; i < N; ++i) out[i] = Element<T>::to_float(packed.elements[i]);
+    for (int i = 0; i < N; ++i) out[i] = DeviceElement<T>::to_float(packed.elements[i]);
 }
 
 // Stores N floats converted to T at `target` (aligned to N elements).
@@ -121,7 +121,7 @@ __device__ inline void store_floats(float const (&in)[N], StorageOf<T>* target) 
         Storage elements[N];
     } packed;
 #pragma unroll
-    for (int i = 0; i < N; ++i) packed.elements[i] = Element<T>::from_float(in[i]);
+    for (int i = 0; i < N; ++i) packed.elements[i] = DeviceElement<T>::from_float(in[i]);
     *reinterpret_cast<Raw*>(target) = packed.raw;
 }
 

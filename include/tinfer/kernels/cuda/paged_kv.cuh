@@ -118,7 +118,7 @@ struct ScaledByteKvReader {
 template <DType T>
 struct Fp8CodeDecoder {
     __device__ static float decode(std::uint8_t code, float scale) {
-        return Element<T>::to_float(code) * scale;
+        return DeviceElement<T>::to_float(code) * scale;
     }
 };
 struct Int8CodeDecoder {

@@ -237,9 +237,9 @@ __global__ void __launch_bounds__(sampling_threads)
 // setup runs on the stream it is made with (the caller's, not the legacy default stream), and
 // every sample() waits for that setup on whatever stream it is given, so the workspace is safe
 // to make on one stream and use on another, non-blocking ones included.
-class SamplingWorkspace {
+class DeviceSamplingWorkspace {
   public:
-    SamplingWorkspace(int max_seqs, int vocab, cudaStream_t stream = nullptr)
+    DeviceSamplingWorkspace(int max_seqs, int vocab, cudaStream_t stream = nullptr)
         : max_seqs_(max_seqs),
           vocab_(vocab),
           ids_(elements(max_seqs, vocab)),
@@ -247,7 +247,7 @@ class SamplingWorkspace {
           ranked_logits_(elements(max_seqs, vocab)),
           kept_(elements(max_seqs, vocab)),
           offsets_(static_cast<std::size_t>(max_seqs) + 1) {
-        if (max_seqs <= 0 || vocab <= 0) throw Error("cuda::SamplingWorkspace: empty shape");
+        if (max_seqs <= 0 || vocab <= 0) throw Error("cuda::DeviceSamplingWorkspace: empty shape");
         std::size_t bytes = 0;
         check(cub::DeviceSegmentedRadixSort::SortPairsDescending(
                   nullptr, bytes, static_cast<float const*>(nullptr), static_cast<float*>(nullptr),
@@ -265,9 +265,9 @@ class SamplingWorkspace {
         check(cudaEventCreateWithFlags(&setup_done_, cudaEventDisableTiming), "cudaEventCreate");
         check(cudaEventRecord(setup_done_, stream), "cudaEventRecord sampler setup");
     }
-    SamplingWorkspace(SamplingWorkspace const&) = delete;
-    SamplingWorkspace& operator=(SamplingWorkspace const&) = delete;
-    ~SamplingWorkspace() {
+    DeviceSamplingWorkspace(DeviceSamplingWorkspace const&) = delete;
+    DeviceSamplingWorkspace& operator=(DeviceSamplingWorkspace const&) = delete;
+    ~DeviceSamplingWorkspace() {
         if (setup_done_ != nullptr) (void)cudaEventDestroy(setup_done_);  // cannot report here
     }
 
@@ -281,7 +281,8 @@ class SamplingWorkspace {
                 std::int32_t* tokens, cudaStream_t stream = nullptr) {
         if (seqs <= 0) return;
         if (seqs > max_seqs_)
-            throw Error("cuda::SamplingWorkspace::sample: more rows than the workspace holds");
+            throw Error(
+                "cuda::DeviceSamplingWorkspace::sample: more rows than the workspace holds");
         check(cudaStreamWaitEvent(stream, setup_done_, 0), "cudaStreamWaitEvent sampler setup");
         check_before_launch("cub::DeviceSegmentedRadixSort::SortPairsDescending");
         int const items = static_cast<int>(elements(seqs, vocab_));

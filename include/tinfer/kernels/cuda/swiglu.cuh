@@ -19,7 +19,7 @@ __device__ inline float silu(float x) {
 __global__ void __launch_bounds__(swiglu_threads)
     swiglu_kernel(float const* gate, float const* up, float* out, std::int64_t elements) {
     // out may be gate or up (the device model gates in place): no __restrict__, which would
-    // promise the compiler they never overlap. Element i is read before it is written, by the
+    // promise the compiler they never overlap. DeviceElement i is read before it is written, by the
     // same thread.
     std::int64_t const stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
     for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

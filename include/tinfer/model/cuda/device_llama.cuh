@@ -4,7 +4,7 @@
 //
 //   host                                   device (one stream)
 //   ----                                   -------------------
-//   chunks --plan_step--> StepPlan --1 H2D--> [tokens|positions|rows->chunk|starts|contexts|
+//   chunks --plan_step--> DeviceStepPlan --1 H2D--> [tokens|positions|rows->chunk|starts|contexts|
 //   (DeviceBlockTables:                        logit rows|block tables]
 //    slot -> physical blocks)                        |
 //                                          embedding -> hidden [rows][hidden]
@@ -232,7 +232,7 @@ class DeviceLlama {
                 throw RequestError("greedy holds " + std::to_string(greedy.size()) +
                                    " tokens for " + std::to_string(chunks.size()) + " chunks");
         }
-        StepPlan const plan = plan_step(chunks, tables_, limits());
+        DeviceStepPlan const plan = plan_step(chunks, tables_, limits());
         try {
             run_and_collect(plan, logits, greedy);
         } catch (...) {
@@ -248,7 +248,7 @@ class DeviceLlama {
   private:
     // The step's kernels and copies, then the wait for them; throws for any failure, a launch's,
     // the stream's, or a refusal the kernels reported in status_.
-    void run_and_collect(StepPlan const& plan, std::span<float> logits,
+    void run_and_collect(DeviceStepPlan const& plan, std::span<float> logits,
                          std::span<std::int32_t> greedy) {
         cudaStream_t const stream = stream_.get();
         status_.reset(stream);
@@ -290,7 +290,7 @@ class DeviceLlama {
         constexpr std::size_t max_blocks = 1u << 30;
         return static_cast<int>(blocks < max_blocks ? blocks : max_blocks);
     }
-    // Ints of the largest StepPlan::packed: every array at its most, plus alignment padding.
+    // Ints of the largest DeviceStepPlan::packed: every array at its most, plus alignment padding.
     static std::size_t plan_capacity(DeviceLlamaOptions const& o) {
         std::size_t const rows = static_cast<std::size_t>(o.max_step_tokens);
         std::size_t const chunks = static_cast<std::size_t>(o.max_seqs);
@@ -309,7 +309,7 @@ class DeviceLlama {
     kernels::WeightMatrix matrix(ArenaMatrix const& m) const { return m.at(arena_.data()); }
 
     // The step's kernels, queued on the stream; logits_ holds plan.logit_rows rows after it.
-    void run(StepPlan const& plan) {
+    void run(DeviceStepPlan const& plan) {
         namespace k = kernels::cuda;
         cudaStream_t const stream = stream_.get();
         if (plan.packed.size() > plan_buffer_.size())
@@ -398,13 +398,13 @@ class DeviceLlama {
     CudaStream stream_;
     kernels::cuda::DeviceBuffer<std::byte> arena_;           // every weight, layout_'s offsets
     kernels::cuda::DeviceBuffer<std::byte> kv_pool_;         // [blocks][KvLayout::bytes_per_block]
-    kernels::cuda::DeviceBuffer<std::int32_t> plan_buffer_;  // StepPlan::packed
+    kernels::cuda::DeviceBuffer<std::int32_t> plan_buffer_;  // DeviceStepPlan::packed
     // Activations, [max_step_tokens][width] each.
     kernels::cuda::DeviceBuffer<float> hidden_, normed_, projected_, q_, k_, v_, attended_, gate_,
         up_, rope_;
     kernels::cuda::DeviceBuffer<float> logits_;  // [max_logit_rows][vocab]
     kernels::cuda::DeviceBuffer<float> decode_workspace_;
-    kernels::cuda::SamplingWorkspace sampler_;
+    kernels::cuda::DeviceSamplingWorkspace sampler_;
     kernels::cuda::DeviceBuffer<kernels::cuda::DeviceSamplingParams> greedy_params_;
     kernels::cuda::DeviceBuffer<std::int32_t> greedy_tokens_;
     kernels::cuda::DeviceStatus status_;  // what the attention kernels refused, per step

@@ -1,7 +1,7 @@
 #pragma once
 // The host half of the device model's batching: which physical KV blocks each sequence slot owns
 // (DeviceBlockTables), and one forward step laid out as the flat integer arrays the device
-// kernels read (StepPlan), packed into one buffer so a step costs one host-to-device copy.
+// kernels read (DeviceStepPlan), packed into one buffer so a step costs one host-to-device copy.
 // Plain C++ with no CUDA in sight, so the bookkeeping is tested on the CPU
 // (tests/cuda/step_plan_test.cpp) where no GPU exists.
 //
@@ -115,7 +115,7 @@ struct StepLimits {
 
 // One step's integer arrays, packed back to back in `packed` (each array starts at a multiple of
 // 4 ints, 16 bytes, so device pointers into it stay aligned for any load width).
-struct StepPlan {
+struct DeviceStepPlan {
     int chunks = 0;
     int rows = 0;              // tokens, all chunks together
     int logit_rows = 0;        // rows of logits the step produces
@@ -164,13 +164,13 @@ inline std::size_t allocate(std::vector<std::int32_t>& packed, std::size_t count
 // so the caller marks them cached with commit_step after the step succeeded (or calls
 // abandon_step after it failed). A chunk may not leave a gap after its slot's cached positions,
 // and a slot appears at most once per step.
-inline StepPlan plan_step(std::span<DeviceChunk const> chunks, DeviceBlockTables& tables,
-                          StepLimits const& limits) {
+inline DeviceStepPlan plan_step(std::span<DeviceChunk const> chunks, DeviceBlockTables& tables,
+                                StepLimits const& limits) {
     if (chunks.empty()) throw RequestError("a device step needs at least one chunk");
     if (static_cast<int>(chunks.size()) > limits.max_chunks)
         throw RequestError("the step has " + std::to_string(chunks.size()) +
                            " chunks, the device model holds " + std::to_string(limits.max_chunks));
-    StepPlan plan;
+    DeviceStepPlan plan;
     plan.chunks = static_cast<int>(chunks.size());
     plan.decode_only = true;
     std::int64_t rows = 0, logit_rows = 0;
@@ -272,16 +272,17 @@ inline StepPlan plan_step(std::span<DeviceChunk const> chunks, DeviceBlockTables
 }
 
 // The step's kernels completed: each chunk's positions are cached, up to its end.
-inline void commit_step(StepPlan const& plan, DeviceBlockTables& tables) {
-    for (StepPlan::SlotWrite const& write : plan.writes) tables.set_length(write.slot, write.end);
+inline void commit_step(DeviceStepPlan const& plan, DeviceBlockTables& tables) {
+    for (DeviceStepPlan::SlotWrite const& write : plan.writes)
+        tables.set_length(write.slot, write.end);
 }
 
 // The step failed somewhere between its first launch and the results: any of its positions may
 // be unwritten or half written, so each slot keeps only what was cached before the chunk's
 // first position (a rewinding chunk thus also forgets the positions it may have overwritten).
 // Its reserved blocks stay with the slot until release.
-inline void abandon_step(StepPlan const& plan, DeviceBlockTables& tables) {
-    for (StepPlan::SlotWrite const& write : plan.writes)
+inline void abandon_step(DeviceStepPlan const& plan, DeviceBlockTables& tables) {
+    for (DeviceStepPlan::SlotWrite const& write : plan.writes)
         tables.set_length(write.slot, std::min(tables.length(write.slot), write.first_position));
 }
 

@@ -1,0 +1,7 @@
+// Must not compile: SmolLM2-135M's 9 query heads and 3 KV heads cannot be split over 2 ranks.
+#include <tinfer/config/presets.hpp>
+#include <tinfer/model/tensor_parallel_shard.hpp>
+
+int main() {
+    return tinfer::model::TensorParallelShard<tinfer::presets::smollm2_135m, 2>::heads;
+}
