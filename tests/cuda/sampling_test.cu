@@ -90,7 +90,7 @@ void test_sampling_exp(Checker& checker, std::mt19937_64& rng) {
 
 // The host's refusal of a row, or "" when it samples one.
 std::string host_refusal(std::vector<float> const& row, kernels::SamplingParams const& params,
-                         kernels::DeviceSamplingWorkspace& workspace) {
+                         kernels::SamplingWorkspace& workspace) {
     try {
         (void)kernels::sample_token({row.data(), row.size()}, params, {}, 1, 0, workspace);
     } catch (Error const& error) {
@@ -118,7 +118,7 @@ void test_refused_rows(Checker& checker, std::mt19937_64& rng) {
                                     {"every logit -inf", -1, -1, true}};
     for (float const temperature : {0.0f, 0.8f}) {
         kernels::SamplingParams const settings{.temperature = temperature, .seed = rng()};
-        kernels::DeviceSamplingWorkspace host_workspace(vocab);
+        kernels::SamplingWorkspace host_workspace(vocab);
         std::vector<float> logits;
         std::vector<std::string> expected;
         std::vector<std::int32_t> expected_tokens;
@@ -197,7 +197,7 @@ void test_sampler(Checker& checker, std::mt19937_64& rng) {
     std::vector<float> logits(static_cast<std::size_t>(rows) * vocab);
     std::vector<kernels::cuda::DeviceSamplingParams> params;
     std::vector<std::int32_t> expected;
-    kernels::DeviceSamplingWorkspace host_workspace(vocab);
+    kernels::SamplingWorkspace host_workspace(vocab);
     for (int r = 0; r < rows; ++r) {
         Case const& c = cases[static_cast<std::size_t>(r / steps)];
         auto const step = static_cast<std::uint32_t>(r % steps);
