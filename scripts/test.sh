@@ -11,4 +11,10 @@ start=$(date +%s)
 "$root/scripts/build.sh"
 echo "test: build took $(( $(date +%s) - start )) s"
 cd "${TINFER_BUILD_DIR:-$root/build}"
+# A fresh build has no timings of earlier runs, so CTest would start tests in the order they are
+# declared and a long one could start last; seed it with a CI run's (the longest start first).
+if [ ! -f Testing/Temporary/CTestCostData.txt ]; then
+    mkdir -p Testing/Temporary
+    grep -v '^#' "$root/tests/ctest_costs.txt" > Testing/Temporary/CTestCostData.txt
+fi
 ctest --output-on-failure -j "${TINFER_JOBS:-$(nproc)}" "$@"
