@@ -452,3 +452,143 @@ BOOST_AUTO_TEST_CASE(swap_preemption_moves_counted_blocks_out_and_back) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(engine_choices)
+
+// n choices of one prompt (GenerationRequest::n) against n separate requests of the same seed
+// streams: what each prefills and the KV blocks each holds at its peak.
+struct ChoicesRun {
+    std::vector<std::vector<std::int32_t>> tokens;  // per choice, in choice order
+    std::int64_t prefilled = 0;  // tokens through the model less one decode per later token
+    int peak_blocks = 0;         // distinct blocks live sequences held after any step
+};
+
+constexpr int choices_block = block_size;
+
+// Up to 16 running at once, so the n = 16 separate requests also all run together.
+Serving many_at_once() {
+    return Serving(s::ContinuousBatching<2, 256>{.max_seqs = 16, .max_batched_tokens = 256});
+}
+
+template <class E>
+ChoicesRun run_choices(E& engine, std::vector<GenerationRequest> const& requests, int max_tokens) {
+    ChoicesRun run;
+    std::map<std::pair<s::RequestId, int>, std::vector<std::int32_t>> tokens;
+    int finished = 0, expected = 0;
+    for (GenerationRequest const& r : requests) {
+        expected += r.n;
+        engine.submit(r, [&](TokenEvent const& e) {
+            if (e.token >= 0) tokens[{e.id, e.choice}].push_back(e.token);
+            if (e.finish) ++finished;
+        });
+    }
+    testing::step_until(
+        [&] { return !engine.step(); },
+        [&] { run.peak_blocks = std::max(run.peak_blocks, engine.cache().sequence_blocks()); }, 400,
+        "every choice finishing");
+    BOOST_TEST(finished == expected);
+    for (auto& [key, t] : tokens) run.tokens.push_back(std::move(t));
+    std::int64_t const decoded = static_cast<std::int64_t>(expected) * (max_tokens - 1);
+    run.prefilled = engine.metrics().summary().computed_tokens - decoded;
+    BOOST_TEST(engine.cache().live_sequences() == 0);
+    BOOST_TEST(engine.cache().used_blocks() == 0);  // no prefix cache: every block came back
+    return run;
+}
+
+// n = 1, 4, 16 on a 37-token prompt (two full blocks and 5 tokens of a third) with 12 tokens
+// each: the n choices prefill the prompt once and hold its two full blocks once plus each
+// choice's own (its copy of the partly filled third block onwards), where n separate requests
+// prefill it n times and hold n times the blocks. Choice i samples exactly what a lone request
+// with seed + i samples (the prompt's logits are shared; decode is batch invariant), so the
+// choices differ from each other and repeat themselves.
+BOOST_AUTO_TEST_CASE(n_choices_prefill_the_prompt_once_and_fork_its_blocks) {
+    constexpr int prompt_length = 37, max_tokens = 12;
+    constexpr std::uint64_t seed = 0xc401ce5;
+    std::vector<std::int32_t> const prompt = prompt_of(77, prompt_length);
+    auto const sampled = [&](std::uint64_t seed_of_request, int n) {
+        GenerationRequest r;
+        r.prompt_tokens = prompt;
+        r.max_tokens = max_tokens;
+        r.ignore_eos = true;
+        r.sampling.temperature = 1;
+        r.seed = seed_of_request;
+        r.n = n;
+        return r;
+    };
+    auto const blocks_for = [](int tokens) { return (tokens + choices_block - 1) / choices_block; };
+    int const full_prompt_blocks = prompt_length / choices_block;
+    int const own_blocks = blocks_for(prompt_length + max_tokens - 1) - full_prompt_blocks;
+    for (int const n : {1, 4, 16}) {
+        Engine<Model, Serving> shared_engine(model_file(), options(), many_at_once());
+        ChoicesRun const shared = run_choices(shared_engine, {sampled(seed, n)}, max_tokens);
+        std::vector<GenerationRequest> separate_requests;
+        for (int i = 0; i < n; ++i)
+            separate_requests.push_back(sampled(seed + static_cast<std::uint64_t>(i), 1));
+        Engine<Model, Serving> separate_engine(model_file(), options(), many_at_once());
+        ChoicesRun const separate = run_choices(separate_engine, separate_requests, max_tokens);
+        BOOST_TEST_MESSAGE("n = " << n << ": prompt tokens prefilled " << shared.prefilled
+                                  << " (separate requests: " << separate.prefilled
+                                  << "), peak KV blocks " << shared.peak_blocks
+                                  << " (separate: " << separate.peak_blocks << ")");
+        BOOST_TEST(shared.prefilled == prompt_length, "n = " << n);
+        BOOST_TEST(separate.prefilled == n * prompt_length, "n = " << n);
+        BOOST_TEST(shared.peak_blocks <= full_prompt_blocks + n * own_blocks, "n = " << n);
+        BOOST_TEST(separate.peak_blocks == n * blocks_for(prompt_length + max_tokens - 1));
+        BOOST_REQUIRE_EQUAL(shared.tokens.size(), static_cast<std::size_t>(n));
+        BOOST_REQUIRE_EQUAL(separate.tokens.size(), static_cast<std::size_t>(n));
+        for (int i = 0; i < n; ++i)
+            BOOST_TEST(shared.tokens[static_cast<std::size_t>(i)] ==
+                           separate.tokens[static_cast<std::size_t>(i)],
+                       "n = " << n << ", choice " << i << " against a lone request of seed + i");
+        if (n > 1) {
+            std::set<std::vector<std::int32_t>> const distinct(shared.tokens.begin(),
+                                                               shared.tokens.end());
+            BOOST_TEST(distinct.size() > 1, "n = " << n << ": every choice sampled alike");
+        }
+    }
+}
+
+// Without a seed the engine draws a fresh one: two identical requests sample differently (16
+// tokens at temperature 1 over 32 tokens agree by chance with negligible probability), where
+// two with the same seed agree.
+BOOST_AUTO_TEST_CASE(unseeded_requests_get_fresh_seeds) {
+    Engine<Model, Serving> engine(model_file(), options());
+    GenerationRequest r = greedy(prompt_of(5, 9), 16);
+    r.sampling.temperature = 1;
+    auto const unseeded = engine.generate({r, r});
+    BOOST_TEST(unseeded[0].tokens != unseeded[1].tokens);
+    r.seed = 42;
+    auto const seeded = engine.generate({r, r});
+    BOOST_TEST(seeded[0].tokens == seeded[1].tokens);
+}
+
+// Aborting a request ends every choice once, whether the others still wait for the prompt's
+// pass or already run on its forked KV, and every block comes back.
+BOOST_AUTO_TEST_CASE(aborting_a_request_ends_every_choice_and_frees_its_blocks) {
+    for (int const steps_before_abort : {0, 3}) {
+        Engine<Model, Serving> engine(model_file(), options(), many_at_once());
+        GenerationRequest r = greedy(prompt_of(9, 21), 40);
+        r.sampling.temperature = 1;
+        r.n = 5;
+        std::map<int, int> finishes;
+        int tokens = 0;
+        s::RequestId const id = engine.submit(r, [&](TokenEvent const& e) {
+            if (e.token >= 0) ++tokens;
+            if (e.finish) {
+                ++finishes[e.choice];
+                BOOST_TEST((*e.finish == FinishReason::aborted));
+            }
+        });
+        for (int i = 0; i < steps_before_abort; ++i) engine.step();
+        if (steps_before_abort > 0) BOOST_TEST(engine.cache().live_sequences() == 5);
+        engine.abort(id);
+        engine.run_until_idle();
+        BOOST_TEST(finishes.size() == 5u, "after " << steps_before_abort << " steps");
+        for (auto const& [choice, count] : finishes) BOOST_TEST(count == 1, "choice " << choice);
+        BOOST_TEST(tokens == (steps_before_abort == 0 ? 0 : 5 * steps_before_abort));
+        BOOST_TEST(engine.cache().live_sequences() == 0);
+        BOOST_TEST(engine.cache().used_blocks() == 0);
+    }
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -230,3 +230,68 @@ BOOST_AUTO_TEST_CASE(matcher_state_survives_preemption) {
     BOOST_TEST_MESSAGE("swap preemptions: " << preemptions);
     BOOST_TEST(preemptions > 0);
 }
+
+// Speculative drafts under a grammar (prompt lookup over prompts that hold example JSON, so
+// drafts are proposed and some fall outside the grammar): drafts are cut at the first token
+// the grammar rejects and verified against the masked target distribution, so greedy output
+// equals greedy decoding without drafts, and every sampled output stays valid.
+BOOST_AUTO_TEST_CASE(drafts_under_a_grammar_keep_outputs_valid_and_greedy_unchanged) {
+    Engine<Model, Serving> engine(gguf::File::open(testing::model_path()),
+                                  {.kv_budget_bytes = 64ull << 20, .threads = 2});
+    auto const vocab = grammar::Vocabulary::of(engine.tokenizer(), presets::smollm2_135m.vocab);
+    grammar_test::json const schema = grammar_test::json::parse(
+        R"({"type":"object","properties":{"name":{"type":"string","maxLength":20},"legs":{"type":"integer"},"tags":{"type":"array","items":{"type":"string","maxLength":8},"maxItems":3}},"required":["name","legs","tags"]})");
+    auto const constraint = grammar::constrain(grammar::json_schema_to_grammar(schema), vocab);
+    auto const requests = [&](int draft_tokens, float temperature) {
+        std::vector<GenerationRequest> out;
+        int i = 0;
+        for (char const* animal : {"cat", "spider", "horse", "fish"}) {
+            GenerationRequest r;
+            // Example JSON with whitespace the grammar does not allow (a newline, two spaces):
+            // the drafter copies it, the grammar cuts it.
+            r.prompt = std::string(
+                           "Example: {\n  \"name\": \"Tom\",\n  \"legs\": 4,  \"tags\": "
+                           "[\"pet\", \"small\"]}\nA ") +
+                       animal + " as JSON with its name, legs and tags: ";
+            r.max_tokens = 48;
+            r.sampling.temperature = temperature;
+            r.seed = 7 + static_cast<std::uint64_t>(i++);
+            r.draft_tokens = draft_tokens;
+            r.grammar = constraint;
+            out.push_back(std::move(r));
+        }
+        return out;
+    };
+    auto const check_valid = [&](std::vector<Completion> const& completions) {
+        int stopped = 0;
+        for (auto const& c : completions) {
+            BOOST_TEST(c.error.empty(), c.error);
+            if (c.finish != FinishReason::stop_token) continue;
+            ++stopped;
+            BOOST_TEST_CONTEXT("output " << c.text) {
+                grammar_test::json parsed;
+                BOOST_REQUIRE_NO_THROW(parsed = grammar_test::json::parse(c.text));
+                BOOST_TEST(grammar_test::valid(parsed, schema));
+            }
+        }
+        return stopped;
+    };
+    auto const plain = engine.generate(requests(0, 0));
+    auto const drafted = engine.generate(requests(4, 0));
+    spec::SpeculationStats const greedy_stats = engine.speculation_stats();
+    for (std::size_t i = 0; i < plain.size(); ++i)
+        BOOST_TEST(drafted[i].tokens == plain[i].tokens,
+                   "request " << i << ": " << drafted[i].text << " vs " << plain[i].text);
+    check_valid(plain);
+    int const greedy_stopped = check_valid(drafted);
+    auto const sampled = engine.generate(requests(4, 1));
+    int const sampled_stopped = check_valid(sampled);
+    spec::SpeculationStats const stats = engine.speculation_stats();
+    BOOST_TEST_MESSAGE("drafts under a grammar: greedy "
+                       << greedy_stats.accepted << " of " << greedy_stats.drafted
+                       << " drafts kept; all: " << stats.accepted << " of " << stats.drafted << "; "
+                       << greedy_stopped << " + " << sampled_stopped << " of 8 stopped");
+    BOOST_TEST(greedy_stats.drafted > 0);
+    BOOST_TEST(greedy_stats.accepted > 0);
+    BOOST_TEST(sampled_stopped >= 3);
+}

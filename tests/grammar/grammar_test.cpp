@@ -376,9 +376,10 @@ BOOST_AUTO_TEST_CASE(requests_refuse_what_a_grammar_cannot_do) {
         }
         return "";
     };
+    // Drafts are checked against the grammar (speculative_round.hpp): accepted.
     GenerationRequest drafts = r;
     drafts.draft_tokens = 2;
-    BOOST_TEST(contains(message(drafts), "grammar and draft_tokens"));
+    BOOST_TEST(message(drafts).empty());
     GenerationRequest no_eos = r;
     no_eos.ignore_eos = true;
     BOOST_TEST(contains(message(no_eos), "grammar and ignore_eos"));

@@ -148,15 +148,18 @@ class Engine {
     Engine(Engine const&) = delete;
     Engine& operator=(Engine const&) = delete;
 
-    // Queues a request; returns its id. Thread-safe. A request that can never be served (empty
-    // or too long for the model's context or the whole KV cache, nonsense sampling settings) is
-    // refused here with tinfer::RequestError and nothing is queued.
+    // Queues a request; returns its id (every choice's events carry it, with their choice
+    // index). The callback is copied once per choice, so state it keeps is the choice's own.
+    // Thread-safe. A request that can never be served (empty or too long for the model's
+    // context or the whole KV cache, nonsense sampling settings) is refused here with
+    // tinfer::RequestError and nothing is queued.
     RequestId submit(GenerationRequest request, TokenCallback callback) {
         return intake_.submit(std::move(request), std::move(callback));
     }
 
-    // Ends a request at the next step; its callback gets a final event with finish = aborted.
-    // Thread-safe; unknown or finished ids are ignored.
+    // Ends a request (every choice of it) at the next step; its callback gets a final event
+    // with finish = aborted for each choice still running. Thread-safe; unknown or finished
+    // ids are ignored.
     void abort(RequestId id) { intake_.abort(id); }
 
     // One iteration of the serving loop. Returns whether work remains.
@@ -176,8 +179,11 @@ class Engine {
         if (plan.work.empty()) return scheduler_.has_work();
 
         std::vector<sched::StepOutcome> const outcomes =
-            runner_.run(model_, plan.work, live_, kv_, speculation_, metrics_, failed_);
+            runner_.run(model_, plan.work, live_, kv_, speculation_, metrics_, failed_, forked_);
         std::vector<RequestId> const ended = scheduler_.on_step_done(outcomes);
+        // Before the leaders retire: one that ended on its first token still holds the prompt.
+        for (auto const& fork : forked_) start_forked(fork);
+        forked_.clear();
         for (auto& [id, error] : failed_) {
             finish_without_token(id, FinishReason::aborted, std::move(error));
         }
@@ -203,19 +209,33 @@ class Engine {
         }
     }
 
-    // Blocking: runs every request to its end and returns them in order.
+    // Blocking: runs every request to its end and returns them in order, a request's n
+    // choices one after another.
     std::vector<Completion> generate(std::vector<GenerationRequest> requests) {
-        std::vector<Completion> results(requests.size());
+        std::vector<std::size_t> first_of(requests.size());
+        std::size_t total = 0;
         for (std::size_t i = 0; i < requests.size(); ++i) {
-            Completion& out = results[i];
-            out.prompt_tokens = intake_.prompt_of(requests[i]);
-            out.id = submit(std::move(requests[i]), [&out](TokenEvent const& e) {
+            first_of[i] = total;
+            total += static_cast<std::size_t>(std::max(1, requests[i].n));
+        }
+        std::vector<Completion> results(total);
+        for (std::size_t i = 0; i < requests.size(); ++i) {
+            Completion* const choices = &results[first_of[i]];
+            int const n = std::max(1, requests[i].n);
+            std::vector<std::int32_t> const prompt = intake_.prompt_of(requests[i]);
+            for (int c = 0; c < n; ++c) {
+                choices[c].prompt_tokens = prompt;
+                choices[c].choice = c;
+            }
+            RequestId const id = submit(std::move(requests[i]), [choices](TokenEvent const& e) {
+                Completion& out = choices[e.choice];
                 if (e.token >= 0) out.tokens.push_back(e.token);
                 out.text += e.text;
                 if (e.finish) out.finish = *e.finish;
                 if (!e.error.empty()) out.error = e.error;
                 if (e.finish) out.speculation = e.speculation;
             });
+            for (int c = 0; c < n; ++c) choices[c].id = id;
         }
         run_until_idle();
         return results;
@@ -273,7 +293,8 @@ class Engine {
         RequestLimits limits{.vocab = config.vocab,
                              .max_context = config.max_context,
                              .max_cached_tokens = kv_.max_request_tokens(config.max_context),
-                             .max_draft_tokens = step_rows() - 1};
+                             .max_draft_tokens = step_rows() - 1,
+                             .max_choices = scheduler_.batching().max_seqs};
         if (evicts)
             limits.speculation_refusal =
                 "under a token-eviction policy, rolling back drafts would need the slots "
@@ -281,38 +302,90 @@ class Engine {
         return limits;
     }
 
-    // Moves submitted requests into the scheduler and carries out aborts.
+    sched::NewRequest scheduled_as(RequestId id, LiveRequest const& r) const {
+        return {.id = id,
+                .prompt_length = static_cast<int>(r.prompt.size()),
+                .max_new_tokens = r.request.max_tokens,
+                .priority = r.request.priority,
+                .tenant = sched::TenantId{r.request.tenant}};
+    }
+
+    // Moves submitted requests into the scheduler and carries out aborts. Of a request with
+    // n > 1 only choice 0 is scheduled; the others wait for its prompt's pass.
     void take_inbox() {
         auto [arrivals, aborts] = intake_.take();
         for (RequestIntake::Arrival& p : arrivals) {
-            GenerationRequest const& q = p.request;
-            int const prompt_length = static_cast<int>(p.prompt.size());
+            int const n = p.request.n;
+            std::vector<LiveRequest> choices;
+            for (int c = 0; c < n; ++c) {
+                GenerationRequest request = c + 1 < n ? p.request : std::move(p.request);
+                request.sampling.seed += static_cast<std::uint64_t>(c);
+                std::vector<std::int32_t> context = p.prompt;
+                StopConditions conditions = stop_conditions_of(request);
+                choices.push_back(
+                    LiveRequest{.request = std::move(request),
+                                .group = p.id,
+                                .choice = c,
+                                .awaiting_fork = c > 0,
+                                .prompt = p.prompt,
+                                .callback = p.callback,
+                                .output = OutputStream(tokenizer_, std::move(conditions)),
+                                .context = std::move(context)});
+            }
             try {
-                scheduler_.add({.id = p.id,
-                                .prompt_length = prompt_length,
-                                .max_new_tokens = q.max_tokens,
-                                .priority = q.priority,
-                                .tenant = sched::TenantId{q.tenant}});
+                scheduler_.add(scheduled_as(p.id, choices.front()));
             } catch (RequestError const& e) {
-                TokenEvent event{.id = p.id, .finish = FinishReason::aborted, .error = e.what()};
-                if (p.callback) p.callback(event);
+                for (int c = 0; c < n; ++c) {
+                    TokenEvent event{.id = p.id,
+                                     .choice = c,
+                                     .finish = FinishReason::aborted,
+                                     .error = e.what()};
+                    if (p.callback) p.callback(event);
+                }
                 continue;
             }
-            metrics_.on_arrival(p.id, sched::TenantId{q.tenant}, prompt_length, p.submitted);
-            std::vector<std::int32_t> context = p.prompt;
-            StopConditions conditions = stop_conditions_of(q);
-            live_.emplace(p.id,
-                          LiveRequest{.request = std::move(p.request),
-                                      .prompt = std::move(p.prompt),
-                                      .callback = std::move(p.callback),
-                                      .output = OutputStream(tokenizer_, std::move(conditions)),
-                                      .context = std::move(context)});
+            for (int c = 0; c < n; ++c) {
+                RequestId const id = choice_id(p.id, c);
+                metrics_.on_arrival(id, sched::TenantId{choices[0].request.tenant},
+                                    static_cast<int>(p.prompt.size()), p.submitted);
+                if (c > 0) choices.front().followers.push_back(id);
+            }
+            for (int c = 0; c < n; ++c)
+                live_.emplace(choice_id(p.id, c), std::move(choices[static_cast<std::size_t>(c)]));
         }
-        for (RequestId const id : aborts) {
-            if (!live_.contains(id)) continue;
-            scheduler_.abort(id);
-            finish_without_token(id, FinishReason::aborted, "");
+        for (RequestId const group : aborts) {
+            std::vector<RequestId> ids;
+            for (auto const& [id, r] : live_)
+                if (r.group == group) ids.push_back(id);
+            // Choice 0 first: it finishes the choices still waiting for its prompt.
+            std::ranges::sort(ids);
+            for (RequestId const id : ids) {
+                if (!live_.contains(id)) continue;
+                scheduler_.abort(id);
+                finish_without_token(id, FinishReason::aborted, "");
+            }
         }
+    }
+
+    static RequestId choice_id(RequestId group, int choice) {
+        return RequestId{static_cast<std::uint64_t>(group) + static_cast<std::uint64_t>(choice)};
+    }
+
+    // A choice that sampled its first token from its leader's prompt pass: it ends there, or
+    // forks the leader's KV (the prompt, all of the context but that token) and runs on.
+    void start_forked(typename StepRunner<Model>::Fork const& fork) {
+        auto const it = live_.find(fork.follower);
+        if (it == live_.end()) return;
+        LiveRequest& r = it->second;
+        r.awaiting_fork = false;
+        if (fork.finished) {
+            retire(fork.follower);
+            return;
+        }
+        r.kv = kv_.fork(live_.at(fork.leader).kv);
+        scheduler_.add_forked(scheduled_as(fork.follower, r),
+                              /*computed=*/static_cast<int>(r.prompt.size()),
+                              /*generated=*/static_cast<int>(r.output.tokens().size()));
     }
 
     // Frees what a finished request holds and forgets it; its blocks may stay in the prefix
@@ -330,7 +403,13 @@ class Engine {
     void finish_without_token(RequestId id, FinishReason reason, std::string error) {
         auto const it = live_.find(id);
         if (it == live_.end()) return;
-        TokenEvent event{.id = id, .finish = reason, .error = std::move(error)};
+        // Choices still waiting for this one's prompt end with it.
+        std::vector<RequestId> const followers = std::move(it->second.followers);
+        for (RequestId const f : followers) finish_without_token(f, reason, error);
+        TokenEvent event{.id = it->second.group,
+                         .choice = it->second.choice,
+                         .finish = reason,
+                         .error = std::move(error)};
         if (it->second.callback) it->second.callback(event);
         speculation_.release(id);
         kv_.free(it->second, /*keep_prefix=*/false);
@@ -352,6 +431,7 @@ class Engine {
     Capacity capacity_{this};
     std::unordered_map<RequestId, LiveRequest> live_;
     typename StepRunner<Model>::Failures failed_;  // ended by an error this step
+    typename StepRunner<Model>::Forks forked_;     // choices that start this step
 };
 
 }  // namespace tinfer

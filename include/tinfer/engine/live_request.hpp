@@ -23,7 +23,13 @@ struct SequenceKv {
 };
 
 struct LiveRequest {
-    GenerationRequest request;
+    GenerationRequest request;  // its sampling.seed is this choice's own
+    sched::RequestId group{};   // the id submit() returned (choice 0's): events carry it
+    int choice = 0;
+    // Choice 0 of a request with n > 1, until its prompt's pass: the other choices, which wait
+    // (holding no KV, unknown to the scheduler) to sample from its logits and fork its KV.
+    std::vector<sched::RequestId> followers;
+    bool awaiting_fork = false;  // one of those waiting choices
     std::vector<std::int32_t> prompt;
     TokenCallback callback;
     OutputStream output;
@@ -49,6 +55,8 @@ inline TokenEvent accept_token(sched::RequestId id, LiveRequest& r, std::int32_t
 inline void deliver(LiveRequest& r, TokenEvent& event, sched::MetricsRecorder& metrics) {
     if (event.finish) event.speculation = r.speculation;
     metrics.on_token(event.id);
+    event.id = r.group;
+    event.choice = r.choice;
     if (r.callback) r.callback(event);
 }
 

@@ -33,6 +33,15 @@ struct GenerationRequest {
     std::vector<std::int32_t> stop_token_ids;
     bool ignore_eos = false;
     kernels::SamplingParams sampling;
+    // The seed stream: choice i samples with seed + i (written into sampling.seed). Absent,
+    // sampling.seed is the seed when it is not 0; with neither chosen the engine draws a fresh
+    // random seed at submit, so identical unseeded requests do not sample identically.
+    std::optional<std::uint64_t> seed;
+    // Choices: n samples of the one prompt. The prompt is prefilled once; after its pass each
+    // choice samples its first token from the same logits and the other n - 1 fork its KV
+    // copy-on-write, holding blocks of their own only from the prompt's partly filled last
+    // block on. Events and completions carry the choice index.
+    int n = 1;
     int priority = 0;
     std::uint32_t tenant = 0;
     // γ: draft tokens verified per decode step; 0 decodes one token per step. Greedy output is
@@ -64,7 +73,8 @@ inline std::int64_t kv_positions_of(std::size_t prompt_tokens, int max_tokens) {
 // A request that ends without a token (aborted, or refused after it was queued) gets one
 // event with token -1, `finish` set and, when it was refused, `error`.
 struct TokenEvent {
-    sched::RequestId id{};
+    sched::RequestId id{};  // the id submit() returned, for every choice of the request
+    int choice = 0;         // which of the request's n choices this token belongs to
     std::int32_t token = -1;
     std::string text;  // newly visible text; may be empty (a partial character, a stop string)
     std::optional<float> logprob;
@@ -87,6 +97,7 @@ struct KvHandoffStats {
 // A finished request, however it was served.
 struct Completion {
     sched::RequestId id{};
+    int choice = 0;
     std::vector<std::int32_t> prompt_tokens;
     std::vector<std::int32_t> tokens;
     std::string text;  // empty where no tokenizer was at hand (the decode worker)
@@ -107,7 +118,19 @@ struct RequestLimits {
     int max_draft_tokens = 0;
     std::string speculation_refusal;  // why drafts are not allowed here, when they are not
     bool has_tokenizer = true;        // stop strings need one
+    // Choices per request (GenerationRequest::n): the n run together on the prompt's KV, so at
+    // most the sequences the scheduler runs at once; 1 where forking is not implemented.
+    int max_choices = 1;
 };
+
+// The seed of choice 0 of a request (GenerationRequest::seed's rule); `fresh` is called for a
+// request that chose none.
+template <class FreshSeed>
+std::uint64_t base_seed_of(GenerationRequest const& request, FreshSeed&& fresh) {
+    if (request.seed) return *request.seed;
+    if (request.sampling.seed != 0) return request.sampling.seed;
+    return fresh();
+}
 
 // Raises tinfer::RequestError, naming the field, for a request that can never be served;
 // `prompt` is the request's prompt as token ids.
@@ -118,6 +141,9 @@ inline void validate_request(GenerationRequest const& request, std::span<std::in
         if (t < 0 || t >= limits.vocab)
             throw RequestError("prompt token " + std::to_string(t) +
                                " is outside the vocabulary of " + std::to_string(limits.vocab));
+    if (request.n < 1 || request.n > limits.max_choices)
+        throw RequestError("n must be in [1, " + std::to_string(limits.max_choices) + "], got " +
+                           std::to_string(request.n));
     if (request.max_tokens < 1)
         throw RequestError("max_tokens must be at least 1, got " +
                            std::to_string(request.max_tokens));
@@ -149,10 +175,6 @@ inline void validate_request(GenerationRequest const& request, std::span<std::in
             throw RequestError("stop token id " + std::to_string(t) +
                                " is outside the vocabulary of " + std::to_string(limits.vocab));
     if (request.grammar) {
-        if (request.draft_tokens > 0)
-            throw RequestError(
-                "grammar and draft_tokens > 0 cannot be combined: drafts are not checked against "
-                "the grammar");
         if (request.ignore_eos)
             throw RequestError(
                 "grammar and ignore_eos cannot be combined: a complete output ends with an end "

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,8 @@ namespace tinfer {
 
 class RequestIntake {
   public:
+    // Choice i of an arrival has id `id + i` (ids are handed out n at a time) and samples with
+    // request.sampling.seed + i.
     struct Arrival {
         sched::RequestId id{};
         GenerationRequest request;
@@ -48,7 +51,10 @@ class RequestIntake {
         validate_request(arrival.request, arrival.prompt, limits_);
         arrival.submitted = metrics_->now();
         std::lock_guard lock(mutex_);
-        arrival.id = sched::RequestId{next_id_++};
+        arrival.request.sampling.seed =
+            base_seed_of(arrival.request, [this] { return fresh_seeds_(); });
+        arrival.id = sched::RequestId{next_id_};
+        next_id_ += static_cast<std::uint64_t>(arrival.request.n);
         sched::RequestId const id = arrival.id;
         arrivals_.push_back(std::move(arrival));
         ready_.notify_all();
@@ -97,6 +103,7 @@ class RequestIntake {
     std::vector<Arrival> arrivals_;
     std::vector<sched::RequestId> aborts_;
     std::uint64_t next_id_ = 1;
+    std::mt19937_64 fresh_seeds_{std::random_device{}()};  // for requests that chose no seed
 };
 
 }  // namespace tinfer

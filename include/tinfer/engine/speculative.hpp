@@ -200,6 +200,14 @@ class DraftProposal {
         vocab_ = weights.size();
     }
 
+    // Keeps the first `count` drafts (a grammar rejected the one after them).
+    void truncate(int count) {
+        auto const kept = static_cast<std::size_t>(std::clamp(count, 0, size()));
+        tokens_.resize(kept);
+        row_offsets_.resize(kept);
+        totals_.resize(kept);
+    }
+
     int size() const { return static_cast<int>(tokens_.size()); }
     bool empty() const { return tokens_.empty(); }
     std::span<std::int32_t const> tokens() const { return tokens_; }

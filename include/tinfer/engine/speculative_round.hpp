@@ -5,6 +5,12 @@
 // a prefix of the drafts plus one token of the target's, streams them, and rolls the cache back
 // to the kept ones. A drafter with per-request state (spec::SequenceDrafter) is told which
 // tokens were kept, and when a request ends or is preempted.
+//
+// Under a grammar, drafts are checked before the pass: the first draft the grammar's matcher
+// rejects ends the proposal there. Verification then sees every row's logits masked by the
+// matcher's state after the drafts before it, so it samples from the constrained target
+// distribution and the rule's exactness holds for it (a draft the mask forbids has p = 0, so
+// keeping it in the proposal could only have been rejected).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include <tinfer/core/error.hpp>
 #include <tinfer/engine/drafters.hpp>
 #include <tinfer/engine/live_request.hpp>
 #include <tinfer/engine/speculative.hpp>
@@ -67,10 +74,13 @@ class SpeculativeRound {
                           .sequence_id = static_cast<std::uint64_t>(w.id)},
                          round.proposal);
         if (round.proposal.empty()) return;
-        int const drafts = round.proposal.size();
-        if (drafts > wanted)
-            throw std::logic_error("Engine: the drafter proposed " + std::to_string(drafts) +
+        if (round.proposal.size() > wanted)
+            throw std::logic_error("Engine: the drafter proposed " +
+                                   std::to_string(round.proposal.size()) +
                                    " tokens, more than the " + std::to_string(wanted) + " asked");
+        if (r.request.grammar) round.proposal.truncate(grammatical_prefix(r, round.proposal));
+        if (round.proposal.empty()) return;
+        int const drafts = round.proposal.size();
         if (!kv.reserve(r.kv, first + 1 + drafts)) {
             round.proposal.clear();
             return;
@@ -91,6 +101,7 @@ class SpeculativeRound {
         spec::DraftProposal const& proposal = round.proposal;
         spec::SequenceView const sequence{
             .tokens = r.context, .prompt_length = r.prompt.size(), .request_id = 0};
+        if (r.request.grammar) logits = masked_rows(r, proposal, logits);
         spec::Verdict const verdict =
             spec::verify_drafts(sequence, proposal, logits, r.request.sampling, workspace_);
         std::vector<std::int32_t> kept;
@@ -100,6 +111,7 @@ class SpeculativeRound {
         bool finished = false;
         std::vector<TokenEvent> events;
         for (std::int32_t const token : kept) {
+            if (r.matcher) r.matcher->accept_token(token);
             events.push_back(accept_token(id, r, token));
             ++fed;
             if (events.back().finish) {
@@ -129,6 +141,49 @@ class SpeculativeRound {
     }
 
   private:
+    static grammar::Matcher& matcher_of(LiveRequest& r) {
+        if (!r.matcher) r.matcher.emplace(r.request.grammar);
+        return *r.matcher;
+    }
+
+    // How many leading drafts continue the output under the grammar.
+    static int grammatical_prefix(LiveRequest& r, spec::DraftProposal const& proposal) {
+        grammar::Matcher& matcher = matcher_of(r);
+        auto const saved = matcher.position();
+        int valid = 0;
+        for (std::int32_t const token : proposal.tokens()) {
+            if (!matcher.allows(token)) break;
+            matcher.accept_token(token);
+            ++valid;
+        }
+        matcher.restore(saved);
+        return valid;
+    }
+
+    // The round's logits with row i masked by the grammar's state after drafts [0, i) (every
+    // draft is grammatical: grammatical_prefix cut the proposal).
+    std::span<float const> masked_rows(LiveRequest& r, spec::DraftProposal const& proposal,
+                                       std::span<float const> logits) {
+        grammar::Matcher& matcher = matcher_of(r);
+        auto const saved = matcher.position();
+        masked_.assign(logits.begin(), logits.end());
+        std::size_t const rows = static_cast<std::size_t>(proposal.size()) + 1;
+        std::size_t const vocab = masked_.size() / rows;
+        for (std::size_t row = 0; row < rows; ++row) {
+            // Past an end token the output is over: those rows are never used.
+            if (matcher.ended()) break;
+            int const allowed =
+                matcher.mask_logits(std::span<float>(masked_).subspan(row * vocab, vocab));
+            if (allowed == 0) {
+                matcher.restore(saved);
+                throw RequestError("grammar: no token of the vocabulary continues the output");
+            }
+            if (row + 1 < rows) matcher.accept_token(proposal.tokens()[row]);
+        }
+        matcher.restore(saved);
+        return masked_;
+    }
+
     void record(LiveRequest& r, int drafted, int accepted, int tokens) {
         for (spec::SpeculationStats* stats : {&r.speculation, &totals_}) {
             ++stats->rounds;
@@ -141,6 +196,7 @@ class SpeculativeRound {
     Drafter drafter_;
     spec::SpeculativeWorkspace workspace_;
     spec::SpeculationStats totals_;
+    std::vector<float> masked_;  // a constrained round's logits after the grammar's masks
 };
 
 }  // namespace tinfer

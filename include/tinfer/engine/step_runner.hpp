@@ -31,6 +31,13 @@ class StepRunner {
     using LiveRequests = std::unordered_map<sched::RequestId, LiveRequest>;
     // Requests whose settings left nothing to sample this step, with the reason.
     using Failures = std::vector<std::pair<sched::RequestId, std::string>>;
+    // Choices that sampled their first token from their leader's prompt pass this step: the
+    // engine forks the leader's KV for those that go on (`finished`: ended on that token).
+    struct Fork {
+        sched::RequestId leader, follower;
+        bool finished = false;
+    };
+    using Forks = std::vector<Fork>;
 
     StepRunner(int max_rows, int threads, bool int8_activations)
         : workspace_(max_rows, threads),
@@ -45,7 +52,8 @@ class StepRunner {
     std::vector<sched::StepOutcome> run(Model const& model,
                                         std::vector<sched::ScheduledWork> const& work,
                                         LiveRequests& live, Kv& kv, Speculation& speculation,
-                                        sched::MetricsRecorder& metrics, Failures& failed) {
+                                        sched::MetricsRecorder& metrics, Failures& failed,
+                                        Forks& forked) {
         std::vector<std::span<std::int32_t const>> tokens_of(work.size());
         std::vector<int> first_of(work.size(), 0);
         for (std::size_t i = 0; i < work.size(); ++i) {
@@ -75,6 +83,7 @@ class StepRunner {
                 }
                 if (rounds_[i].decoding) speculation.record_plain(r);
                 outcomes.push_back(sample(work[i].id, r, logits_of_work[i], metrics));
+                sample_followers(work[i].id, r, logits_of_work[i], live, metrics, failed, forked);
             } catch (RequestError const& e) {
                 // This request's settings leave nothing to sample (every token banned, say):
                 // it ends with the error, the others go on.
@@ -168,6 +177,24 @@ class StepRunner {
             begin = end;
         }
         return logits_of_work;
+    }
+
+    // The other choices of a request sample their first tokens from its prompt's logits, each
+    // with its own seed (and matcher): the same draws they would make after a prefill of
+    // their own.
+    void sample_followers(sched::RequestId leader, LiveRequest& r, std::span<float const> logits,
+                          LiveRequests& live, sched::MetricsRecorder& metrics, Failures& failed,
+                          Forks& forked) {
+        std::vector<sched::RequestId> const followers = std::move(r.followers);
+        r.followers.clear();
+        for (sched::RequestId const f : followers) {
+            try {
+                bool const finished = sample(f, live.at(f), logits, metrics).finished;
+                forked.push_back({leader, f, finished});
+            } catch (RequestError const& e) {
+                failed.emplace_back(f, e.what());
+            }
+        }
     }
 
     sched::StepOutcome sample(sched::RequestId id, LiveRequest& r, std::span<float const> logits,

@@ -259,6 +259,26 @@ class Matcher {
     Constraint const& constraint() const { return *c_; }
     std::size_t cached_states() const { return states_.size(); }
 
+    // Where the output stands, without the caches: saving and restoring it is O(1), where a
+    // copy of the matcher copies every cached state and mask (checking speculative drafts
+    // walks ahead and comes back every round).
+    struct Position {
+        std::int32_t state;
+        bool ended;
+    };
+    Position position() const { return {state_, ended_}; }
+    void restore(Position p) {
+        state_ = p.state;
+        ended_ = p.ended;
+    }
+    // Whether `token` may come next: the mask's bit, false once the end token was accepted.
+    bool allows(std::int32_t token) {
+        if (ended_ || token < 0) return false;
+        auto const& mask = allowed_tokens();
+        auto const word = static_cast<std::size_t>(token) / 64;
+        return word < mask.size() && ((mask[word] >> (static_cast<std::size_t>(token) % 64)) & 1);
+    }
+
   private:
     struct StackNode {
         std::int32_t pos, parent;

@@ -106,6 +106,37 @@ class Scheduler {
         if constexpr (requires { order_.on_arrival(stored); }) order_.on_arrival(stored);
     }
 
+    // A request that already holds KV: a choice of an n > 1 request, forked from the prompt's
+    // KV after its pass with its first token sampled (`computed` positions cached, `generated`
+    // tokens sampled). It joins the running set at once, beside the choice it forked from,
+    // even past max_seqs: its KV is already held, and a request's choices run together.
+    void add_forked(NewRequest const& spec, int computed, int generated) {
+        if (requests_.contains(spec.id))
+            throw RequestError(to_string(spec.id) + " is already queued or running");
+        if (computed < 1 || generated < 1 || computed > spec.prompt_length + generated - 1 ||
+            generated >= spec.max_new_tokens)
+            throw std::logic_error("Scheduler::add_forked: " + to_string(spec.id) + " with " +
+                                   std::to_string(computed) + " positions computed and " +
+                                   std::to_string(generated) + " of " +
+                                   std::to_string(spec.max_new_tokens) + " tokens generated");
+        Request request{.id = spec.id,
+                        .prompt_length = spec.prompt_length,
+                        .max_new_tokens = spec.max_new_tokens,
+                        .priority = spec.priority,
+                        .tenant = spec.tenant,
+                        .arrival = next_arrival_++,
+                        .computed = computed,
+                        .generated = generated,
+                        .state = RequestState::running};
+        if (!Batching::joins_running_batch) {
+            request.batch = current_batch_;
+            ++live_batch_members_;
+        }
+        Request const& stored = requests_.emplace(spec.id, request).first->second;
+        running_.push_back(spec.id);
+        if constexpr (requires { order_.on_arrival(stored); }) order_.on_arrival(stored);
+    }
+
     // Ends a live request. Returns the state it was in, which tells the engine where its KV
     // lives (running: device, swapped: host, waiting: nowhere), or nothing when the id is not
     // live (never added, or already ended).
