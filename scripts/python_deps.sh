@@ -6,8 +6,9 @@
 #   numpy   the float64 reference forward pass, tests/reference/llama_reference.py, that the
 #           synthetic-model tests run on GGUF files of their own (its --logits mode)
 #   gguf    llama.cpp's reader and dequantizer, which that reference reads the files with
+#   jsonschema  validates the server's structured output against its schema (tests/server)
 set -euo pipefail
-packages=(openai numpy gguf)
+packages=(openai numpy gguf jsonschema)
 missing=()
 for p in "${packages[@]}"; do
     python3 -c "import $p" 2>/dev/null || missing+=("$p")

@@ -163,6 +163,12 @@ struct OpenAiRequest {
     bool ignore_eos = false;
     std::string user;
     int priority = 0;
+    // Structured output: a JSON Schema's text (response_format json_schema, or {"type":
+    // "object"} for json_object), or a grammar's (the "grammar" field, llama-server's); at most
+    // one of them. `constraint_field` names the field they came from, for errors.
+    std::optional<std::string> json_schema;
+    std::optional<std::string> grammar;
+    std::string constraint_field;
 };
 
 inline constexpr int max_choices = 64;
@@ -183,8 +189,6 @@ inline constexpr Unsupported unsupported_fields[] = {
     {"parallel_tool_calls", "tool calling is not implemented"},
     {"functions", "function calling is not implemented"},
     {"function_call", "function calling is not implemented"},
-    {"response_format",
-     "structured output is not implemented yet; only {\"type\": \"text\"} is accepted"},
     {"audio", "audio output is not implemented"},
     {"modalities", "only text output is implemented"},
     {"prediction", "predicted outputs are not implemented"},
@@ -226,12 +230,14 @@ inline constexpr char const* common_fields[] = {"model",
                                                 "logit_bias",
                                                 "ignore_eos",
                                                 "user",
-                                                "priority"};
+                                                "priority",
+                                                "response_format",
+                                                "grammar"};
 inline constexpr char const* completion_fields[] = {"prompt", "max_tokens", "logprobs", "echo",
                                                     "best_of"};
-inline constexpr char const* chat_fields[] = {
-    "messages",     "max_completion_tokens", "max_tokens", "logprobs",
-    "top_logprobs", "response_format",       "store",      "tool_choice"};
+inline constexpr char const* chat_fields[] = {"messages",   "max_completion_tokens", "max_tokens",
+                                              "logprobs",   "top_logprobs",          "store",
+                                              "tool_choice"};
 
 // Refuses every non-null field of `body` outside `common` and `own`.
 inline void refuse_unhandled_fields(json const& body, std::span<char const* const> own) {
@@ -262,6 +268,58 @@ inline void refuse_unless(bool is_off, char const* name) {
 }
 
 namespace detail {
+
+// response_format: {"type": "text"} (nothing to do), {"type": "json_object"} (any JSON
+// object), {"type": "json_schema", "json_schema": {"name", "schema", "strict",
+// "description"}}; and the "grammar" field. A schema keyword outside the compiler's subset is
+// refused later, when it is compiled, naming the keyword.
+inline void read_structured_output(Fields const& f, OpenAiRequest& r) {
+    if (json const* format = f.find("response_format")) {
+        auto const bad = [](std::string const& why) {
+            return ApiError(400, "'response_format' " + why, "response_format");
+        };
+        if (!format->is_object() || !format->contains("type") || !(*format)["type"].is_string())
+            throw bad("must be an object with a string 'type'");
+        std::string const type = (*format)["type"].get<std::string>();
+        for (auto const& [key, value] : format->items())
+            if (key != "type" && !(key == "json_schema" && type == "json_schema") &&
+                !value.is_null())
+                throw bad("of type '" + type + "' takes no '" + key + "'");
+        if (type == "json_object") {
+            r.json_schema = R"({"type":"object"})";
+        } else if (type == "json_schema") {
+            json const* spec = Fields(*format).find("json_schema");
+            if (!spec || !spec->is_object())
+                throw bad("of type 'json_schema' needs a 'json_schema' object");
+            Fields const fields(*spec);
+            // The name and description label the schema for the model in OpenAI's service; here
+            // the grammar enforces it, so they change nothing. strict: the grammar always is.
+            fields.string("name");
+            fields.string("description");
+            fields.boolean("strict");
+            for (auto const& [key, value] : spec->items())
+                if (key != "name" && key != "description" && key != "strict" && key != "schema" &&
+                    !value.is_null())
+                    throw bad("'json_schema' takes no '" + key + "'");
+            json const* schema = fields.find("schema");
+            // OpenAI's default for an absent schema is any JSON value.
+            r.json_schema = schema ? schema->dump() : std::string("{}");
+            if (schema && !schema->is_object()) throw bad("'json_schema.schema' must be an object");
+        } else if (type != "text") {
+            throw bad("has the unknown type '" + type +
+                      "' (text, json_object and json_schema are supported)");
+        }
+        if (r.json_schema) r.constraint_field = "response_format";
+    }
+    if (auto grammar = f.string("grammar")) {
+        if (r.json_schema)
+            throw ApiError(400, "'grammar' and a JSON 'response_format' cannot be combined",
+                           "grammar");
+        if (grammar->empty()) throw ApiError(400, "'grammar' must not be empty", "grammar");
+        r.grammar = std::move(*grammar);
+        r.constraint_field = "grammar";
+    }
+}
 
 inline void read_common(Fields const& f, OpenAiRequest& r) {
     r.model = f.string("model").value_or("");
@@ -330,6 +388,12 @@ inline void read_common(Fields const& f, OpenAiRequest& r) {
         }
     }
     r.ignore_eos = f.boolean("ignore_eos").value_or(false);
+    read_structured_output(f, r);
+    if (r.ignore_eos && (r.json_schema || r.grammar))
+        throw ApiError(400,
+                       "'ignore_eos' cannot be combined with structured output: a complete "
+                       "output ends with an end token",
+                       "ignore_eos");
     r.user = f.string("user").value_or("");
     // The serving scheduler orders its queue by FairShare, not by priority: only the default
     // is honoured.
@@ -430,10 +494,6 @@ inline OpenAiRequest parse_chat_request(json const& body) {
     detail::read_common(f, r);
     refuse_unless(!f.boolean("store").value_or(false), "store");
     if (json const* choice = f.find("tool_choice")) refuse_unless(*choice == "none", "tool_choice");
-    if (json const* format = f.find("response_format"))
-        refuse_unless(
-            format->is_object() && format->size() == 1 && format->value("type", json()) == "text",
-            "response_format");
     json const* messages = f.find("messages");
     if (!messages) throw ApiError(400, "'messages' is required", "messages");
     if (!messages->is_array() || messages->empty())

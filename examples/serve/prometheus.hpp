@@ -63,6 +63,9 @@ struct EngineSnapshot {
     // spec_decode counters.
     std::int64_t draft_tokens = 0;
     std::int64_t accepted_draft_tokens = 0;
+    // Every position run through the model: prefill (once per prompt for the n choices of a
+    // request), re-prefill after preemption, decode.
+    std::int64_t computed_tokens = 0;
 };
 
 // How a request ended, as vLLM labels tinfer:request_success_total.
@@ -107,6 +110,11 @@ class ServerMetrics {
     void on_response(int http_status) {
         std::lock_guard lock(mutex_);
         ++responses_by_status_[http_status];
+    }
+    // A response_format or grammar compiled to a constraint (`compiled`), or found compiled.
+    void on_structured_output(bool compiled) {
+        std::lock_guard lock(mutex_);
+        ++(compiled ? constraint_compilations_ : constraint_cache_hits_);
     }
     void on_admitted(int change) {
         std::lock_guard lock(mutex_);
@@ -164,7 +172,17 @@ class ServerMetrics {
                "Draft tokens proposed by speculative decoding.", engine_.draft_tokens);
         scalar("tinfer:spec_decode_num_accepted_tokens_total", "counter",
                "Draft tokens speculative decoding kept.", engine_.accepted_draft_tokens);
-        scalar("tinfer:prompt_tokens_total", "counter", "Prompt tokens admitted.", prompt_tokens_);
+        scalar("tinfer:prompt_tokens_total", "counter", "Prompt tokens admitted (once per choice).",
+               prompt_tokens_);
+        scalar("tinfer:model_tokens_computed_total", "counter",
+               "Positions run through the model: prefill (a prompt once for all its choices), "
+               "re-prefill after preemption, decode.",
+               engine_.computed_tokens);
+        scalar("tinfer:structured_output_compilations_total", "counter",
+               "JSON schemas and grammars compiled to constraints.", constraint_compilations_);
+        scalar("tinfer:structured_output_cache_hits_total", "counter",
+               "Structured-output requests whose schema or grammar was already compiled.",
+               constraint_cache_hits_);
         scalar("tinfer:generation_tokens_total", "counter", "Tokens generated.",
                generation_tokens_);
         scalar("tinfer:prefix_cache_queries_total", "counter",
@@ -223,6 +241,8 @@ class ServerMetrics {
     std::int64_t generation_tokens_ = 0;
     std::int64_t prefix_cache_queries_ = 0;
     std::int64_t prefix_cache_hits_ = 0;
+    std::int64_t constraint_compilations_ = 0;
+    std::int64_t constraint_cache_hits_ = 0;
     std::array<std::int64_t, 3> finished_{};
     std::map<int, std::int64_t> responses_by_status_;
     Histogram time_to_first_token_{latency_bounds()};

@@ -38,6 +38,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -45,6 +46,8 @@
 
 #include <tinfer/config/presets.hpp>
 #include <tinfer/engine/engine.hpp>
+#include <tinfer/grammar/json_schema.hpp>
+#include <tinfer/grammar/matcher.hpp>
 #include <tinfer/model/shipped_presets.hpp>
 
 #include "http_server.hpp"
@@ -278,8 +281,54 @@ struct ChoiceUpdate {
     std::string error;
 };
 
+// Structured output's grammars bound to the served vocabulary, compiled once per schema or
+// grammar text: a client that sends one schema with every request pays for it once (the
+// matcher's per-state masks are built per request, as it samples). Shared by the workers.
+class ConstraintCache {
+  public:
+    ConstraintCache(std::shared_ptr<tinfer::grammar::Vocabulary const> vocabulary,
+                    serve::ServerMetrics& metrics)
+        : vocabulary_(std::move(vocabulary)), metrics_(metrics) {}
+
+    // The constraint of a request's json_schema or grammar, or null when it has neither;
+    // ApiError 400 naming the field for a schema or grammar that does not compile.
+    std::shared_ptr<tinfer::grammar::Constraint const> of(serve::OpenAiRequest const& r) {
+        if (!r.json_schema && !r.grammar) return nullptr;
+        std::string key = r.json_schema ? "schema:" + *r.json_schema : "grammar:" + *r.grammar;
+        {
+            std::lock_guard lock(mutex_);
+            if (auto const it = compiled_.find(key); it != compiled_.end()) {
+                metrics_.on_structured_output(/*compiled=*/false);
+                return it->second;
+            }
+        }
+        std::shared_ptr<tinfer::grammar::Constraint const> constraint;
+        try {
+            constraint = tinfer::grammar::constrain(
+                r.json_schema ? tinfer::grammar::json_schema_to_grammar(*r.json_schema)
+                              : tinfer::grammar::Grammar::parse(*r.grammar),
+                vocabulary_);
+        } catch (tinfer::grammar::GrammarError const& e) {
+            throw ApiError(400, e.what(), r.constraint_field, "unsupported_schema");
+        }
+        metrics_.on_structured_output(/*compiled=*/true);
+        std::lock_guard lock(mutex_);
+        // Bounded: a client sending a new schema each time must not grow the server forever.
+        if (compiled_.size() >= max_entries) compiled_.clear();
+        // Two workers may compile one text at once: the first stored wins, both are valid.
+        return compiled_.emplace(std::move(key), constraint).first->second;
+    }
+
+  private:
+    static constexpr std::size_t max_entries = 256;
+    std::shared_ptr<tinfer::grammar::Vocabulary const> vocabulary_;
+    serve::ServerMetrics& metrics_;
+    std::mutex mutex_;
+    std::unordered_map<std::string, std::shared_ptr<tinfer::grammar::Constraint const>> compiled_;
+};
+
 struct ChoiceState {
-    tinfer::sched::RequestId id{};
+    tinfer::sched::RequestId id{};  // the engine request it is a choice of
     bool submitted = false;
     int prompt_tokens = 0;
     std::string text;
@@ -307,16 +356,24 @@ class Generation {
     Generation& operator=(Generation const&) = delete;
     ~Generation() { abort_unfinished(); }
 
-    // Submits every request; if one is refused, the others are aborted and the error rethrown.
+    // Submits every request (one per prompt, each with its n choices, which the engine runs on
+    // the prompt's shared KV); if one is refused, the others are aborted and the error
+    // rethrown. Choice c of request i is the answer's choice i * n + c.
     void submit(std::vector<tinfer::GenerationRequest> requests) {
-        choices_.resize(requests.size());
+        std::size_t total = 0;
+        for (auto const& request : requests) total += static_cast<std::size_t>(request.n);
+        choices_.resize(total);
+        std::size_t first = 0;
         for (std::size_t i = 0; i < requests.size(); ++i) {
             int const prompt_tokens = static_cast<int>(requests[i].prompt_tokens.size());
-            choices_[i].prompt_tokens = prompt_tokens;
+            int const n = requests[i].n;
+            for (int c = 0; c < n; ++c)
+                choices_[first + static_cast<std::size_t>(c)].prompt_tokens = prompt_tokens;
             auto const arrival = Clock::now();
-            // Runs on the engine thread; times the tokens before the client can see them.
+            // Runs on the engine thread, copied per choice by the engine (so `previous` is the
+            // choice's own); times the tokens before the client can see them.
             tinfer::TokenCallback callback = [channel = channel_, metrics = &metrics_, arrival,
-                                              choice = static_cast<int>(i),
+                                              first = static_cast<int>(first),
                                               previous = std::optional<Clock::time_point>()](
                                                  tinfer::TokenEvent const& event) mutable {
                 auto const now = Clock::now();
@@ -330,16 +387,22 @@ class Generation {
                 if (event.finish)
                     metrics->on_finished(finish_label(*event.finish),
                                          seconds_between(arrival, now));
-                channel->push({choice, event});
+                channel->push({first + event.choice, event});
             };
+            tinfer::sched::RequestId id{};
             try {
-                choices_[i].id = engine_.submit(std::move(requests[i]), std::move(callback));
+                id = engine_.submit(std::move(requests[i]), std::move(callback));
             } catch (...) {
                 abort_unfinished();
                 throw;
             }
-            choices_[i].submitted = true;
-            metrics_.on_submitted(prompt_tokens);
+            for (int c = 0; c < n; ++c) {
+                ChoiceState& choice = choices_[first + static_cast<std::size_t>(c)];
+                choice.id = id;
+                choice.submitted = true;
+                metrics_.on_submitted(prompt_tokens);
+            }
+            first += static_cast<std::size_t>(n);
         }
     }
 
@@ -603,6 +666,9 @@ class OpenAiServer {
           state_(state),
           workers_(workers),
           admission_(options.max_queue, metrics),
+          constraints_(
+              tinfer::grammar::Vocabulary::of(engine.tokenizer(), ServingEngine::config.vocab),
+              metrics),
           context_tokens_(options.max_model_len > 0
                               ? std::min(options.max_model_len, ServingEngine::config.max_context)
                               : ServingEngine::config.max_context),
@@ -924,28 +990,30 @@ class OpenAiServer {
                            "context_length_exceeded");
     }
 
-    std::vector<tinfer::GenerationRequest> engine_requests(Prepared const& p) const {
+    // One engine request per prompt with the n choices: the engine prefills the prompt once
+    // and forks its KV for the others. Choice i samples with seed + i (the engine's rule), so
+    // a seeded request repeats itself and its choices differ; without a seed the engine draws
+    // a fresh one.
+    std::vector<tinfer::GenerationRequest> engine_requests(Prepared const& p) {
         serve::OpenAiRequest const& r = p.request;
-        // Choice i of a prompt samples with seed + i: a seeded request repeats itself, and its
-        // choices differ from each other.
-        std::uint64_t const seed = r.seed.value_or(random_u64());
+        auto const constraint = constraints_.of(r);
         std::vector<tinfer::GenerationRequest> requests;
         for (auto const& prompt : p.prompts) {
-            for (int i = 0; i < r.n; ++i) {
-                tinfer::GenerationRequest g{.prompt_tokens = prompt,
-                                            .max_tokens = p.max_tokens,
-                                            .stop = r.stop,
-                                            .ignore_eos = r.ignore_eos,
-                                            .sampling = r.sampling,
-                                            .priority = r.priority,
-                                            .tenant = tenant_of(r.user)};
-                g.sampling.seed = seed + static_cast<std::uint64_t>(i);
-                // Verification computes no log-probabilities, so a request that asks for them
-                // decodes without drafts (same tokens, one per step).
-                if (!r.sampling.logprobs && r.sampling.top_logprobs == 0)
-                    g.draft_tokens = options_.speculative_tokens;
-                requests.push_back(std::move(g));
-            }
+            tinfer::GenerationRequest g{.prompt_tokens = prompt,
+                                        .max_tokens = p.max_tokens,
+                                        .stop = r.stop,
+                                        .ignore_eos = r.ignore_eos,
+                                        .sampling = r.sampling,
+                                        .seed = r.seed,
+                                        .n = r.n,
+                                        .priority = r.priority,
+                                        .tenant = tenant_of(r.user),
+                                        .grammar = constraint};
+            // Verification computes no log-probabilities, so a request that asks for them
+            // decodes without drafts (same tokens, one per step).
+            if (!r.sampling.logprobs && r.sampling.top_logprobs == 0)
+                g.draft_tokens = options_.speculative_tokens;
+            requests.push_back(std::move(g));
         }
         return requests;
     }
@@ -956,6 +1024,7 @@ class OpenAiServer {
     ServerState& state_;
     net::thread_pool& workers_;
     AdmissionLimit admission_;
+    ConstraintCache constraints_;
     int context_tokens_;
     std::time_t started_;
 };
@@ -987,7 +1056,8 @@ class EngineObserver {
                                  .free_blocks = cache.free_blocks(),
                                  .preemptions = engine_.metrics().summary().preemptions,
                                  .draft_tokens = engine_.speculation_stats().drafted,
-                                 .accepted_draft_tokens = engine_.speculation_stats().accepted});
+                                 .accepted_draft_tokens = engine_.speculation_stats().accepted,
+                                 .computed_tokens = engine_.metrics().summary().computed_tokens});
     }
 
   private:

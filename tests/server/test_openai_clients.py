@@ -255,6 +255,37 @@ def test_n(server, client):
                                            max_tokens=8, temperature=1.0, seed=7, n=2)
     check([c.message.content for c in r.choices] == [c.message.content for c in again.choices],
           "n=2 with a seed is not reproducible")
+    # n choices share the prompt's KV: a prompt of its own (no prefix-cache hit) is computed
+    # once, then each choice decodes; its choices differ, and streamed they equal the answer
+    # (seed + index per choice either way).
+    prompt = f"Tell me about the number {time.time_ns()} and what it means, in a few words:"
+    computed = "tinfer:model_tokens_computed_total"
+    # The engine publishes its counters after each step: read them once the requests above
+    # have left the engine (the same snapshot counts their last step).
+    before = wait_for_metrics(server.port, lambda v: v["tinfer:num_requests_live"] == 0,
+                              5)[computed]
+    max_tokens, n = 8, 4
+    r = client.completions.create(model=server.model_name, prompt=prompt, max_tokens=max_tokens,
+                                  temperature=1.0, seed=11, n=n, extra_body={"ignore_eos": True})
+    want = r.usage.prompt_tokens + n * (max_tokens - 1)
+    ran = wait_for_metrics(server.port, lambda v: v[computed] - before >= want, 5)[computed] - before
+    check(ran == want, f"n={n}: {ran:.0f} tokens computed, wanted the prompt's "
+          f"{r.usage.prompt_tokens} once + {n} x {max_tokens - 1} decodes = {want}")
+    texts = [c.text for c in sorted(r.choices, key=lambda c: c.index)]
+    check(len(set(texts)) > 1, f"n={n} choices all alike: {texts}")
+    streamed = [""] * n
+    finished = set()
+    for chunk in client.completions.create(model=server.model_name, prompt=prompt,
+                                           max_tokens=max_tokens, temperature=1.0, seed=11, n=n,
+                                           stream=True, extra_body={"ignore_eos": True}):
+        for c in chunk.choices:
+            streamed[c.index] += c.text
+            if c.finish_reason:
+                finished.add(c.index)
+    check(finished == set(range(n)) and streamed == texts,
+          f"streamed n={n}: {streamed} (finished {finished}) vs {texts}")
+    print(f"  n={n}: {ran:.0f} tokens computed for a {r.usage.prompt_tokens}-token prompt "
+          f"(n separate requests: {n * r.usage.prompt_tokens + n * (max_tokens - 1)})")
 
 
 # ---- hostile input ----
