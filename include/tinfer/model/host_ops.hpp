@@ -159,14 +159,14 @@ class HostOps {
     bool add_to_residual(kernels::WeightMatrix const& w, Activations input,
                          std::span<float const> post_norm) {
         if (int8_precision && kernels::has_int8_dot(w.type)) quantize_input(input);
-        if constexpr (std::same_as<Parallel, NoParallel> && !Plan::post_norms) {
+        if constexpr (!sums_partial_products<Parallel> && !Plan::post_norms) {
             project(w, input, ws_.hidden.data(), Cfg.hidden, kernels::Store::accumulate);
 #pragma omp barrier
             return true;
         } else {
             project(w, input, ws_.normed.data(), Cfg.hidden, kernels::Store::assign);
 #pragma omp barrier
-            if constexpr (!std::same_as<Parallel, NoParallel>) {
+            if constexpr (sums_partial_products<Parallel>) {
 #pragma omp single
                 {
                     try {

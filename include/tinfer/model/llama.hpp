@@ -11,7 +11,8 @@
 // Llama<Cfg, Parallel> runs one rank's part of a tensor-parallel model (model/parallel.hpp):
 // its attention and FFN have the shape `local_config`, and the two row-parallel projections of
 // each layer are completed by the policy's all-reduce. The default, NoParallel, is the whole
-// model, and its hooks compile to nothing.
+// model, and its hooks compile to nothing. Llama<Cfg, PipelineParallel<S, Comm>> runs one
+// stage's contiguous layers, the step's rows in micro-batches (model/pipeline_parallel.hpp).
 //
 // Token eviction: a sequence's cache may have dropped tokens (kv::*::retain_slots), so a token's
 // RoPE position and its cache slot differ. A chunk names both; keys carry the rotation of their
@@ -50,6 +51,7 @@
 #include <tinfer/model/int8_weights.hpp>
 #include <tinfer/model/layer_plan.hpp>
 #include <tinfer/model/parallel.hpp>
+#include <tinfer/model/pipeline_parallel.hpp>
 #include <tinfer/model/sequence_chunk.hpp>
 #include <tinfer/model/weights.hpp>
 #include <tinfer/model/workspace.hpp>
@@ -127,8 +129,18 @@ class Llama {
             throw RequestError("forward over " + std::to_string(layers) +
                                " layers; the model has 1.." + std::to_string(Cfg.layers));
         }
-        int const rows = prepare(chunks, ws, logits);
+        if constexpr (model::is_pipeline_parallel<Parallel>) {
+            forward_pipelined<Precision>(chunks, cache, ws, logits, layers);
+        } else {
+            int const rows = prepare(chunks, ws, logits);
+            embed(chunks, ws, rows);
+            run_layers<Precision>(chunks, cache, ws, rows, {0, layers}, logits);
+        }
+    }
 
+  private:
+    // The step's token embeddings into ws.hidden, scaled where the architecture scales them.
+    void embed(std::span<SequenceChunk const> chunks, Workspace& ws, int rows) const {
         // Each chunk's token ids are gathered straight from its own span.
         for (std::size_t c = 0, row = 0; c < chunks.size(); row += chunks[c].tokens.size(), ++c) {
             kernels::embedding_any(weights_.token_embedding, chunks[c].tokens,
@@ -140,6 +152,14 @@ class Llama {
             std::size_t const n = static_cast<std::size_t>(rows) * Cfg.hidden;
             for (std::size_t i = 0; i < n; ++i) ws.hidden[i] *= scale;
         }
+    }
+
+    // Runs decoder layers [layers.first, layers.end()) over ws.hidden (the chunks' rows laid
+    // out by prepare), then, unless `logits` is empty, the final norm and the LM head. The cache
+    // holds this process's layers from layers.first on (a pipeline stage's own).
+    template <class Precision, kv::KvStore Cache>
+    void run_layers(std::span<SequenceChunk const> chunks, Cache& cache, Workspace& ws, int rows,
+                    model::IndexRange layers, std::span<float> logits) const {
         // ws.rope: the global layers' angles, or the one kind's; sliding layers with a base of
         // their own read ws.rope_sliding.
         constexpr LayerKind main_kind =
@@ -165,24 +185,89 @@ class Llama {
             model::HostOps<Cfg, Parallel, Precision, Cache> ops(
                 parallel_, chunks, cache, ws, rows, ws.thread_scratch(omp_get_thread_num()),
                 failure);
-            for (int layer = 0; layer < layers && !ops.failed(); ++layer) {
+            for (int layer = layers.first; layer < layers.end() && !ops.failed(); ++layer) {
                 model::LayerWeights const& w = weights.layers[static_cast<std::size_t>(layer)];
+                int const cached_layer = layer - layers.first;  // its index in this cache
                 if constexpr (model::uses_two_layer_kinds<local_config>) {
                     if (Cfg.layer_kind(layer) == LayerKind::sliding) {
-                        model::run_decoder_layer<SlidingLayer>(ops, w, layer);
+                        model::run_decoder_layer<SlidingLayer>(ops, w, cached_layer);
                     } else {
-                        model::run_decoder_layer<GlobalLayer>(ops, w, layer);
+                        model::run_decoder_layer<GlobalLayer>(ops, w, cached_layer);
                     }
                 } else {
-                    model::run_decoder_layer<FirstLayer>(ops, w, layer);
+                    model::run_decoder_layer<FirstLayer>(ops, w, cached_layer);
                 }
             }
-            if (!ops.failed()) ops.logits(weights, out_rows, logits);
+            if (!ops.failed() && !logits.empty()) ops.logits(weights, out_rows, logits);
         }
         if (failure) std::rethrow_exception(failure);
     }
 
-  private:
+    // One pipeline stage's part of the step (model/pipeline_parallel.hpp): the rows in
+    // micro-batches, each received from the previous stage (or embedded), run through this
+    // stage's layers and sent on (or, on the last stage, turned into logits); then every stage
+    // gets the last stage's logits.
+    template <class Precision, kv::KvStore Cache>
+    void forward_pipelined(std::span<SequenceChunk const> chunks, Cache& cache, Workspace& ws,
+                           std::span<float> logits, int layers) const {
+        if (layers != Cfg.layers) {
+            throw RequestError("a forward over the first " + std::to_string(layers) +
+                               " layers (self-speculative drafting) is not supported under "
+                               "pipeline parallelism: the layers live on different stages");
+        }
+        for (SequenceChunk const& c : chunks) {
+            if (!c.attention_scores.empty()) {
+                throw RequestError(
+                    "attention scores (H2O-style eviction) are not supported under "
+                    "pipeline parallelism: each stage sees only its own layers");
+            }
+        }
+        prepare(chunks, ws, logits);  // the whole step's checks, as one process makes them
+        model::IndexRange const mine =
+            model::PipelineStages<Cfg, Parallel::pipeline_stages>::layers_of(parallel_.stage());
+        std::vector<float> piece_logits;
+        for (model::MicroBatch const& batch :
+             model::split_into_micro_batches(chunks, parallel_.micro_batches())) {
+            int const rows = lay_out_rows(batch.chunks, ws);
+            std::span<float> const hidden(ws.hidden.data(),
+                                          static_cast<std::size_t>(rows) * Cfg.hidden);
+            if (parallel_.first_stage()) {
+                embed(batch.chunks, ws, rows);
+            } else {
+                parallel_.receive_from_previous_stage(hidden);
+            }
+            if (!parallel_.last_stage()) {
+                run_layers<Precision>(batch.chunks, cache, ws, rows, mine, {});
+                parallel_.send_to_next_stage(hidden);
+                continue;
+            }
+            // The rows go straight to the step's logits where they are consecutive rows of
+            // them (a decode batch), else through piece_logits.
+            std::vector<int> const& to = batch.step_logit_row;
+            bool const direct =
+                to.front() >= 0 && std::adjacent_find(to.begin(), to.end(), [](int a, int b) {
+                                       return b != a + 1;
+                                   }) == to.end();
+            std::size_t const floats = to.size() * static_cast<std::size_t>(Cfg.vocab);
+            if (direct) {
+                run_layers<Precision>(
+                    batch.chunks, cache, ws, rows, mine,
+                    logits.subspan(static_cast<std::size_t>(to.front()) * Cfg.vocab, floats));
+                continue;
+            }
+            piece_logits.resize(floats);
+            run_layers<Precision>(batch.chunks, cache, ws, rows, mine, piece_logits);
+            for (std::size_t i = 0; i < to.size(); ++i) {
+                if (to[i] < 0) continue;
+                std::copy_n(piece_logits.begin() + static_cast<std::ptrdiff_t>(i * Cfg.vocab),
+                            Cfg.vocab,
+                            logits.begin() + static_cast<std::ptrdiff_t>(to[i]) * Cfg.vocab);
+            }
+        }
+        parallel_.share_logits(
+            logits.first(logit_rows(chunks) * static_cast<std::size_t>(Cfg.vocab)));
+    }
+
     Llama(model::ModelWeights<Cfg> weights, Parallel parallel, model::ShardStorage storage)
         : weights_(std::move(weights)),
           parallel_(std::move(parallel)),
@@ -236,6 +321,11 @@ class Llama {
             throw RequestError("logits hold " + std::to_string(logits.size()) +
                                " floats, the step writes " + std::to_string(needed));
         }
+        return lay_out_rows(chunks, ws);
+    }
+
+    // Each row's position and slot, and which rows give logits; returns the row count.
+    static int lay_out_rows(std::span<SequenceChunk const> chunks, Workspace& ws) {
         std::size_t row = 0, out = 0;
         for (SequenceChunk const& chunk : chunks) {
             int const n = static_cast<int>(chunk.tokens.size());
@@ -245,7 +335,7 @@ class Llama {
                 if (chunk.all_logits || i == n - 1) ws.logit_rows[out++] = static_cast<int>(row);
             }
         }
-        return static_cast<int>(rows);
+        return static_cast<int>(row);
     }
 
     // The step's attention tasks (chunk, KV head, query block): the same for every layer.

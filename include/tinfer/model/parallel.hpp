@@ -23,8 +23,8 @@
 #include <vector>
 
 #include <tinfer/config/model_config.hpp>
-#include <tinfer/core/error.hpp>
 #include <tinfer/core/communicator.hpp>
+#include <tinfer/core/error.hpp>
 #include <tinfer/model/tensor_parallel_shard.hpp>
 #include <tinfer/model/weights.hpp>
 
@@ -137,6 +137,18 @@ class TensorParallel {
   private:
     Comm* comm_;
 };
+
+// A pipeline stage (model/pipeline_parallel.hpp): whole layers, a contiguous range of them.
+template <class P>
+inline constexpr bool is_pipeline_parallel = requires {
+    P::pipeline_stages;
+};
+
+// Whether a policy's row-parallel projections leave partial sums that all_reduce_sum completes
+// (tensor parallelism); NoParallel and a pipeline stage compute whole layers.
+template <class P>
+inline constexpr bool sums_partial_products =
+    !std::same_as<P, NoParallel> && !is_pipeline_parallel<P>;
 
 static_assert(ParallelPolicy<NoParallel>);
 static_assert(ParallelPolicy<TensorParallel<1, SingleProcess>>);
