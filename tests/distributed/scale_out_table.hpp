@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <string>
 
 #include <tinfer/config/presets.hpp>
@@ -87,6 +88,62 @@ inline std::string scale_out_tables_markdown() {
                milliseconds(
                    tp_seconds_per_step(m.config, activations, tp_degree, batch, ethernet_100g)) +
                " |\n";
+    }
+    return out;
+}
+
+inline constexpr int pp_stage_counts[] = {2, 4};
+inline constexpr int bubble_stage_counts[] = {2, 4, 8};
+inline constexpr int bubble_micro_batches[] = {1, 2, 4, 8, 16, 32};
+
+inline std::string percent(double fraction) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f%%", fraction * 100);
+    return text;
+}
+
+// The pipeline section's tables (scale_out_table pipeline).
+inline std::string pipeline_tables_markdown() {
+    std::string out;
+    out += "Pipeline parallelism, one stage per node, " + std::string(name_of(activations)) +
+           " activations, one decode step of batch " + std::to_string(batch) +
+           " (every boundary its own link; TP " + std::to_string(tp_degree) +
+           "'s step over the same link for comparison):\n\n";
+    out +=
+        "| model | stages | layers per stage | layer weights per stage | KV per token per stage | "
+        "sent per boundary per token | per boundary per step | step over " +
+        std::string(ethernet_100g.name) + " | TP " + std::to_string(tp_degree) +
+        " step over it |\n";
+    out += "|---|---|---|---|---|---|---|---|---|\n";
+    for (auto const& m : models) {
+        for (int const stages : pp_stage_counts) {
+            out += "| " + std::string(m.name) + " | " + std::to_string(stages) + " | " +
+                   std::to_string(m.config.layers / stages) + " | " +
+                   bytes(pp_layer_weight_bytes_per_stage(m.config, stages)) + " | " +
+                   bytes(m.config.kv_bytes_per_token() / stages) + " | " +
+                   bytes(pp_bytes_per_boundary_per_token(m.config, activations)) + " | " +
+                   bytes(pp_bytes_per_boundary_per_step(m.config, activations, batch)) + " | " +
+                   milliseconds(pp_seconds_per_boundary_per_step(m.config, activations, batch,
+                                                                 ethernet_100g)) +
+                   " | " +
+                   milliseconds(tp_seconds_per_step(m.config, activations, tp_degree, batch,
+                                                    ethernet_100g)) +
+                   " |\n";
+        }
+    }
+    out +=
+        "\nThe bubble: the fraction of a step each stage idles, (S - 1) / (M + S - 1), by stage "
+        "count S and micro-batches per step M:\n\n";
+    out += "| stages |";
+    for (int const m : bubble_micro_batches) out += " M = " + std::to_string(m) + " |";
+    out += "\n|---|";
+    for (std::size_t i = 0; i < std::size(bubble_micro_batches); ++i) out += "---|";
+    out += "\n";
+    for (int const stages : bubble_stage_counts) {
+        out += "| " + std::to_string(stages) + " |";
+        for (int const m : bubble_micro_batches)
+            out += " " + percent(pipeline_bubble_fraction(stages, m)) + " |";
+        out += "\n";
     }
     return out;
 }

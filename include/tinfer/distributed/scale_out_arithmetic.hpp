@@ -1,7 +1,9 @@
 #pragma once
 // Back-of-envelope figures for scaling a model out, from its ModelConfig alone: how many bytes
-// a prefill->decode hand-off ships and how long a link takes, and how much a tensor-parallel
-// step all-reduces. docs/scale-out.md's tables are this header's output (tests/dist checks).
+// a prefill->decode hand-off ships and how long a link takes, how much a tensor-parallel step
+// all-reduces, and what a pipeline-parallel step sends across each stage boundary and how much
+// of it a stage idles (the bubble). docs/scale-out.md's tables are this header's output (tests/dist
+// checks).
 //
 // Transfer times count bandwidth only (bytes / bytes-per-second): no latency, no protocol
 // overhead, no overlap with compute. They are lower bounds.
@@ -70,6 +72,45 @@ constexpr double tp_bytes_per_rank_per_step(ModelConfig const& c, DType activati
 constexpr double tp_seconds_per_step(ModelConfig const& c, DType activations, int ranks, int batch,
                                      Link const& link) {
     return transfer_seconds(tp_bytes_per_rank_per_step(c, activations, ranks, batch), link);
+}
+
+// Pipeline parallelism (model/pipeline_parallel.hpp): a token's residual stream, `hidden`
+// activations, crosses each stage boundary once per forward pass, forward only (inference has
+// no backward pass). S stages have S - 1 boundaries, each its own link.
+constexpr double pp_bytes_per_boundary_per_token(ModelConfig const& c, DType activations) {
+    return static_cast<double>(c.hidden) * (bits_per_element(activations) / bits_per_byte);
+}
+
+// One decode step of `batch` sequences: bytes over each boundary, and their bandwidth-only time.
+constexpr double pp_bytes_per_boundary_per_step(ModelConfig const& c, DType activations,
+                                                int batch) {
+    return pp_bytes_per_boundary_per_token(c, activations) * batch;
+}
+
+constexpr double pp_seconds_per_boundary_per_step(ModelConfig const& c, DType activations,
+                                                  int batch, Link const& link) {
+    return transfer_seconds(pp_bytes_per_boundary_per_step(c, activations, batch), link);
+}
+
+// The bubble (GPipe's): a step of M micro-batches through S stages of equal time t takes
+// (M + S - 1) t, in which each stage works M t, so it idles (S - 1) / (M + S - 1) of the step.
+constexpr double pipeline_bubble_fraction(int stages, int micro_batches) {
+    return static_cast<double>(stages - 1) / (micro_batches + stages - 1);
+}
+
+// The weights of one decoder layer's matrices (Q, K, V, output; gate, up, down), in elements;
+// the norms' vectors (2 x hidden) are left out.
+constexpr double layer_matrix_elements(ModelConfig const& c) {
+    double const h = c.hidden;
+    return h * (c.q_width() + 2.0 * c.kv_width()) + static_cast<double>(c.q_width()) * h +
+           3.0 * h * c.ffn;
+}
+
+// A stage's decoder-layer weights in the preset's weight dtype (stage 0 also holds the
+// embedding, the last stage the LM head: vocab x hidden each).
+constexpr double pp_layer_weight_bytes_per_stage(ModelConfig const& c, int stages) {
+    return layer_matrix_elements(c) * (static_cast<double>(c.layers) / stages) *
+           (bits_per_element(c.weights) / bits_per_byte);
 }
 
 }  // namespace tinfer::distributed
