@@ -4,6 +4,9 @@
 // --tp N (a build with MPI, TINFER_WITH_MPI): tensor parallelism over the N ranks of
 //   mpirun --oversubscribe --allow-run-as-root -n N generate --tp N --prompt ...
 // Every rank computes its share of every layer; rank 0 samples and prints.
+// --pp N: pipeline parallelism over N ranks, each a contiguous stage of the layers holding only
+//   their KV; a prefill chunk runs as --micro-batches pieces so the stages overlap:
+//   mpirun --oversubscribe --allow-run-as-root -n N generate --pp N --prompt ...
 #include <sys/resource.h>
 
 #include <atomic>
@@ -35,6 +38,7 @@
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/llama.hpp>
 #include <tinfer/model/parallel.hpp>
+#include <tinfer/model/pipeline_parallel.hpp>
 #include <tinfer/model/shipped_presets.hpp>
 
 #ifdef TINFER_WITH_MPI
@@ -58,6 +62,8 @@ struct Options {
     std::vector<std::string> stop;
     tinfer::kernels::SamplingParams sampling;
     int tensor_parallel = 1;
+    int pipeline_parallel = 1;
+    int micro_batches = 2;
     std::string precision = "int8";
     std::string grammar_file;  // --grammar: GBNF-like grammar text
     std::string
@@ -170,17 +176,21 @@ int run(tinfer::gguf::File const& file, Options const& options, Model const& mod
     double const tpot = generated > 1 ? decode_seconds / (generated - 1) : 0.0;
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
+    using Parallel = typename Model::ParallelPolicy;
+    std::string const split =
+        std::string(model::is_pipeline_parallel<Parallel> ? "pipeline" : "tensor") + " parallel " +
+        std::to_string(Parallel::degree);
     std::fprintf(
         stderr,
-        "\n[tinfer] prompt tokens %zu, generated tokens %d (%s), threads %d, tensor parallel %d, "
+        "\n[tinfer] prompt tokens %zu, generated tokens %d (%s), threads %d, %s, "
         "%s activations\n"
         "[tinfer] TTFT %.1f ms, TPOT %.1f ms\n"
         "[tinfer] prefill %.1f tokens/s, decode %.1f tokens/s, peak RSS %.1f MiB\n",
         prompt.size(), generated,
         interrupted ? "interrupted" : std::string(name_of(output.finish_reason().value())).c_str(),
-        threads, std::remove_cvref_t<decltype(model.parallel())>::degree, options.precision.c_str(),
-        ttft * 1e3, tpot * 1e3, prompt.size() / ttft,
-        generated > 1 ? (generated - 1) / decode_seconds : 0.0, usage.ru_maxrss / 1024.0);
+        threads, split.c_str(), options.precision.c_str(), ttft * 1e3, tpot * 1e3,
+        prompt.size() / ttft, generated > 1 ? (generated - 1) / decode_seconds : 0.0,
+        usage.ru_maxrss / 1024.0);
     return interrupted ? 130 : 0;
 }
 
@@ -219,6 +229,43 @@ int run_tensor_parallel(tinfer::gguf::File const& file, Options const& options,
     }
     return *result;
 }
+
+// Pipeline stage counts this program is compiled for; a shape gets those that split its layers
+// into equal stages (model/pipeline_parallel.hpp).
+template <tinfer::ModelConfig Cfg, int... Stages>
+int run_pipeline_parallel(tinfer::gguf::File const& file, Options const& options,
+                          tinfer::distributed::MpiCommunicator& comm) {
+    using namespace tinfer;
+    if (comm.size() != options.pipeline_parallel) {
+        throw Error("--pp " + std::to_string(options.pipeline_parallel) +
+                    " needs as many MPI ranks; this run has " + std::to_string(comm.size()) +
+                    " (mpirun -n N ... --pp N)");
+    }
+    Ranks ranks{.prints = comm.rank() == 0, .share_token = [](std::int32_t& token) {
+                    MPI_Bcast(&token, 1, MPI_INT32_T, 0, MPI_COMM_WORLD);
+                }};
+    std::optional<int> result;
+    std::string fitting;
+    auto const try_stages = [&]<int S>() {
+        if constexpr (model::pipeline_fits<Cfg, S>()) {
+            fitting += (fitting.empty() ? "" : ", ") + std::to_string(S);
+            if (options.pipeline_parallel == S) {
+                using Parallel = model::PipelineParallel<S, distributed::MpiCommunicator>;
+                result = run<Cfg>(
+                    file, options,
+                    Llama<Cfg, Parallel>::bind(file, Parallel(comm, options.micro_batches)), ranks);
+            }
+        }
+    };
+    (try_stages.template operator()<Stages>(), ...);
+    if (!result) {
+        throw RequestError("--pp " + std::to_string(options.pipeline_parallel) +
+                           ": this model's layers split into equal stages of one layer pattern "
+                           "over " +
+                           (fitting.empty() ? std::string("no compiled-in stage count") : fitting));
+    }
+    return *result;
+}
 #endif
 
 }  // namespace
@@ -252,12 +299,35 @@ int main(int argc, char** argv) {
                    "Tensor-parallel degree: run under mpirun with as many ranks; rank 0 prints")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
+    auto* pp_option =
+        app.add_option("--pp", options.pipeline_parallel,
+                       "Pipeline stages: run under mpirun with as many ranks; rank 0 prints")
+            ->capture_default_str()
+            ->check(CLI::PositiveNumber);
+    app.add_option("--micro-batches", options.micro_batches,
+                   "Pieces a step's rows are cut into under --pp, so the stages overlap")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber)
+        ->needs(pp_option);
     CLI11_PARSE(app, argc, argv);
 
     std::signal(SIGINT, [](int) { interrupted = true; });
     try {
         if (options.prompt.empty()) throw tinfer::RequestError("the prompt is empty");
         auto const file = tinfer::gguf::File::open(options.model);
+        if (options.tensor_parallel > 1 && options.pipeline_parallel > 1)
+            throw tinfer::RequestError("--tp and --pp together are not supported");
+        if (options.pipeline_parallel > 1) {
+#ifdef TINFER_WITH_MPI
+            tinfer::distributed::MpiEnvironment mpi(&argc, &argv);
+            tinfer::distributed::MpiCommunicator comm;
+            return tinfer::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
+                return run_pipeline_parallel<Cfg, 2, 3>(file, options, comm);
+            });
+#else
+            throw tinfer::RequestError("--pp needs a build with MPI (TINFER_WITH_MPI)");
+#endif
+        }
         if (options.tensor_parallel > 1) {
 #ifdef TINFER_WITH_MPI
             tinfer::distributed::MpiEnvironment mpi(&argc, &argv);
