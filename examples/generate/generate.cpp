@@ -322,7 +322,7 @@ int main(int argc, char** argv) {
             tinfer::distributed::MpiEnvironment mpi(&argc, &argv);
             tinfer::distributed::MpiCommunicator comm;
             return tinfer::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
-                return run_pipeline_parallel<Cfg, 2, 3>(file, options, comm);
+                return run_pipeline_parallel<Cfg, 2>(file, options, comm);
             });
 #else
             throw tinfer::RequestError("--pp needs a build with MPI (TINFER_WITH_MPI)");
