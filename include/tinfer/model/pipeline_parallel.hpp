@@ -160,9 +160,16 @@ class PipelineParallel {
 
     // A stage computes whole layers: nothing to sum across ranks.
     static constexpr void all_reduce_sum(std::span<float>) {}
-    // Every rank views the whole file (its mapping costs nothing for layers it never reads).
+    // Forgets the other stages' layers (and, but on the last stage, the LM head), so nothing
+    // reads or repacks them (int8 activations repack the matrices a model holds): the mapping
+    // of a layer no stage here reads is never paged in. Nothing is copied.
     template <ModelConfig Cfg>
-    static ShardStorage shard(ModelWeights<Cfg>&) {
+    ShardStorage shard(ModelWeights<Cfg>& weights) const {
+        IndexRange const mine = PipelineStages<Cfg, Stages>::layers_of(stage());
+        for (int layer = 0; layer < Cfg.layers; ++layer)
+            if (layer < mine.first || layer >= mine.end())
+                weights.layers[static_cast<std::size_t>(layer)] = LayerWeights{};
+        if (!last_stage()) weights.output = {};
         return {};
     }
 
