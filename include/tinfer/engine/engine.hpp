@@ -15,6 +15,10 @@
 //              -> runner.run(plan.work)                    [engine/step_runner, model/, kernels/]
 //              -> scheduler.on_step_done, free finished, evict   [sched/, engine/kv_lifecycle]
 //
+// Prefill/decode disaggregation (engine/handoff.hpp) is this loop with one hook: a prefill-role
+// engine hands each request off after its first token (hand_off_after_first_token), a
+// decode-role engine takes such requests in with adopt() and decodes them as swapped-in ones.
+//
 // Speculative decoding (docs/speculative.md) is per request: a request with draft_tokens = γ > 0
 // asks the engine's Drafter for up to γ tokens whenever it decodes; it shares the pass with
 // requests that do not speculate. Callbacks run on the thread that calls step(). submit() and
@@ -35,6 +39,7 @@
 #include <tinfer/core/backend.hpp>
 #include <tinfer/core/error.hpp>
 #include <tinfer/engine/drafters.hpp>
+#include <tinfer/engine/handoff.hpp>
 #include <tinfer/engine/kv_lifecycle.hpp>
 #include <tinfer/engine/live_request.hpp>
 #include <tinfer/engine/model_drafters.hpp>
@@ -159,8 +164,51 @@ class Engine {
 
     // Ends a request (every choice of it) at the next step; its callback gets a final event
     // with finish = aborted for each choice still running. Thread-safe; unknown or finished
-    // ids are ignored.
+    // ids are ignored (or, on a prefill-role engine, passed to HandoffHooks::abort_elsewhere).
     void abort(RequestId id) { intake_.abort(id); }
+
+    // The prefill role: from now on every request (that `hooks.eligible` accepts) leaves this
+    // engine after its first token through `hooks.hand_off`, with its KV blocks. Call before
+    // serving, on the thread that calls step().
+    void hand_off_after_first_token(HandoffHooks hooks) {
+        if constexpr (evicts)
+            throw Error(
+                "Engine: hand-off needs whole prompt KV; under a token-eviction policy the "
+                "cache no longer holds it");
+        if (!hooks.hand_off) throw Error("Engine: HandoffHooks.hand_off is empty");
+        handoff_ = std::move(hooks);
+    }
+
+    // The decode role: takes in a request another engine prefilled (of the same cache type:
+    // the blocks are copied in verbatim) and goes on from its second token; `callback` hears
+    // the tokens after the first (which the prefilling engine streamed). Thread-safe. Refused
+    // with tinfer::RequestError (nothing queued) like submit(), and when the blocks are not
+    // what the prompt's positions need.
+    RequestId adopt(PrefilledRequest prefilled, TokenCallback callback) {
+        std::size_t const prompt_length = prefilled.request.prompt_tokens.size();
+        if (prefilled.tokens < 1 || static_cast<std::size_t>(prefilled.tokens) != prompt_length)
+            throw RequestError("adopted request: KV of " + std::to_string(prefilled.tokens) +
+                               " positions for a prompt of " + std::to_string(prompt_length) +
+                               " tokens");
+        if (prefilled.first_token < 0 || prefilled.first_token >= config.vocab)
+            throw RequestError("adopted request: first token " +
+                               std::to_string(prefilled.first_token) +
+                               " is outside the vocabulary of " + std::to_string(config.vocab));
+        if (prefilled.blocks.size() != KvParts::exported_bytes(prefilled.tokens))
+            throw RequestError("adopted request: " + std::to_string(prefilled.blocks.size()) +
+                               " bytes of KV blocks, this cache stores " +
+                               std::to_string(prefilled.tokens) + " positions in " +
+                               std::to_string(KvParts::exported_bytes(prefilled.tokens)));
+        if (prefilled.request.n != 1)
+            throw RequestError("adopted request: n = " + std::to_string(prefilled.request.n) +
+                               "; a request's choices share its prompt's KV on the engine "
+                               "that prefilled it");
+        if (prefilled.request.max_tokens < 2)
+            throw RequestError("adopted request: max_tokens " +
+                               std::to_string(prefilled.request.max_tokens) +
+                               " leaves nothing after the first token");
+        return intake_.adopt(std::move(prefilled), std::move(callback));
+    }
 
     // One iteration of the serving loop. Returns whether work remains.
     bool step() {
@@ -189,6 +237,7 @@ class Engine {
         }
         failed_.clear();
         for (RequestId const id : ended) retire(id);
+        if (handoff_.hand_off) hand_off_first_tokens(outcomes);
         if constexpr (evicts)
             for (auto& [id, r] : live_) kv_.evict(r.kv);
         metrics_.on_step(plan.token_count(), kv_.utilization(), kv_.usage());
@@ -208,6 +257,10 @@ class Engine {
             intake_.wait_for(std::chrono::milliseconds(50));
         }
     }
+
+    // Sleeps until a submit, adopt or abort arrives or `timeout` passes (a loop that also
+    // polls something else, as the disaggregated roles do).
+    void wait_for_arrivals(std::chrono::milliseconds timeout) { intake_.wait_for(timeout); }
 
     // Blocking: runs every request to its end and returns them in order, a request's n
     // choices one after another.
@@ -333,7 +386,12 @@ class Engine {
                                 .context = std::move(context)});
             }
             try {
-                scheduler_.add(scheduled_as(p.id, choices.front()));
+                sched::NewRequest const spec = scheduled_as(p.id, choices.front());
+                if (p.transferred) {
+                    scheduler_.add_transferred(spec);
+                } else {
+                    scheduler_.add(spec);
+                }
             } catch (RequestError const& e) {
                 for (int c = 0; c < n; ++c) {
                     TokenEvent event{.id = p.id,
@@ -352,11 +410,16 @@ class Engine {
             }
             for (int c = 0; c < n; ++c)
                 live_.emplace(choice_id(p.id, c), std::move(choices[static_cast<std::size_t>(c)]));
+            if (p.transferred) take_transferred(p.id, live_.at(p.id), std::move(*p.transferred));
         }
         for (RequestId const group : aborts) {
             std::vector<RequestId> ids;
             for (auto const& [id, r] : live_)
                 if (r.group == group) ids.push_back(id);
+            if (ids.empty()) {  // handed off: the decode engine holds it now
+                if (handoff_.abort_elsewhere) handoff_.abort_elsewhere(group);
+                continue;
+            }
             // Choice 0 first: it finishes the choices still waiting for its prompt.
             std::ranges::sort(ids);
             for (RequestId const id : ids) {
@@ -386,6 +449,49 @@ class Engine {
         scheduler_.add_forked(scheduled_as(fork.follower, r),
                               /*computed=*/static_cast<int>(r.prompt.size()),
                               /*generated=*/static_cast<int>(r.output.tokens().size()));
+    }
+
+    // An adopted request: its first token goes through the output stream (and the grammar)
+    // as if sampled here, its text not streamed again (the prefilling engine streamed it), and
+    // its blocks wait in host memory for the scheduler to swap them in.
+    void take_transferred(RequestId id, LiveRequest& r, RequestIntake::Arrival::Transferred t) {
+        if (r.request.grammar) {
+            r.matcher.emplace(r.request.grammar);
+            r.matcher->accept_token(t.first_token);
+        }
+        OutputStream::Step const first = r.output.accept(t.first_token);
+        r.context.push_back(t.first_token);
+        metrics_.on_token(id);
+        kv_.adopt(r.kv, std::move(t.blocks), t.tokens);
+        if (first.finish) {  // a prefilling engine ends such a request itself; be safe anyway
+            scheduler_.abort(id);
+            finish_without_token(id, *first.finish, "");
+        }
+    }
+
+    // The prefill role: requests that have just sampled their first token (and go on) leave,
+    // their KV blocks exported.
+    void hand_off_first_tokens(std::span<sched::StepOutcome const> outcomes) {
+        for (sched::StepOutcome const& outcome : outcomes) {
+            auto const it = live_.find(outcome.id);
+            if (outcome.finished || it == live_.end()) continue;
+            LiveRequest& r = it->second;
+            if (r.output.tokens().size() != 1 || r.kv.seq < 0) continue;
+            if (r.request.n > 1) continue;  // its choices share the prompt's KV here
+            if (handoff_.eligible && !handoff_.eligible(r.request)) continue;
+            PrefilledRequest prefilled{.id = outcome.id,
+                                       .request = std::move(r.request),
+                                       .first_token = r.output.tokens().front(),
+                                       .callback = std::move(r.callback)};
+            prefilled.request.prompt_tokens = r.prompt;
+            prefilled.tokens = kv_.export_blocks(r.kv, prefilled.blocks);
+            scheduler_.abort(outcome.id);
+            speculation_.release(outcome.id);
+            kv_.free(r, /*keep_prefix=*/true);
+            metrics_.on_finished(outcome.id, "handed_off");
+            live_.erase(it);
+            handoff_.hand_off(std::move(prefilled));
+        }
     }
 
     // Frees what a finished request holds and forgets it; its blocks may stay in the prefix
@@ -432,6 +538,7 @@ class Engine {
     std::unordered_map<RequestId, LiveRequest> live_;
     typename StepRunner<Model>::Failures failed_;  // ended by an error this step
     typename StepRunner<Model>::Forks forked_;     // choices that start this step
+    HandoffHooks handoff_;                         // set on a prefill-role engine
 };
 
 }  // namespace tinfer

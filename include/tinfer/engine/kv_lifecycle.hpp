@@ -149,6 +149,25 @@ class KvLifecycle {
         kv.swapped_tokens = 0;
     }
 
+    // Disaggregation (engine/handoff.hpp). The prefill side copies out every written position
+    // of a request's sequence in the cache's own block layout; returns the positions.
+    int export_blocks(SequenceKv const& kv, std::vector<std::byte>& out) const {
+        if (kv.seq < 0) throw std::logic_error("Engine: exporting a request that holds no KV");
+        return cache_.export_blocks(kv.seq, out);
+    }
+    // The decode side takes such blocks in as a swapped-out request holds its KV: in host
+    // memory until the scheduler swaps it in (swap_in imports them into the cache). They count
+    // against the host pool while they wait, so a swap preemption cannot overcommit it.
+    void adopt(SequenceKv& kv, std::vector<std::byte> blocks, int tokens) {
+        kv.swapped = std::move(blocks);
+        kv.swapped_tokens = tokens;
+        host_used_ += Cache::blocks_for(tokens);
+    }
+    // Bytes export_blocks writes for `tokens` positions.
+    static constexpr std::size_t exported_bytes(int tokens) {
+        return static_cast<std::size_t>(Cache::held_blocks_for(tokens)) * Cache::bytes_per_block;
+    }
+
     // Gives the sequence's blocks back; with keep_prefix (and prefix caching on) its written
     // positions stay in the prefix cache for later prompts that share them.
     void release(LiveRequest& r, bool keep_prefix) {

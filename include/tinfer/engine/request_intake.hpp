@@ -6,10 +6,12 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <utility>
 #include <vector>
 
+#include <tinfer/engine/handoff.hpp>
 #include <tinfer/engine/request.hpp>
 #include <tinfer/format/chat_template.hpp>
 #include <tinfer/format/tokenizer.hpp>
@@ -27,6 +29,13 @@ class RequestIntake {
         std::vector<std::int32_t> prompt;
         TokenCallback callback;
         sched::Clock::time_point submitted;  // by the metrics' clock: TTFT counts from here
+        // Set for a request prefilled by another engine (adopt()): its first token and KV.
+        struct Transferred {
+            std::int32_t first_token = -1;
+            int tokens = 0;
+            std::vector<std::byte> blocks;
+        };
+        std::optional<Transferred> transferred;
     };
 
     // The tokenizer, template and metrics must outlive the intake.
@@ -49,16 +58,19 @@ class RequestIntake {
         Arrival arrival{.request = std::move(request), .callback = std::move(callback)};
         arrival.prompt = prompt_of(arrival.request);
         validate_request(arrival.request, arrival.prompt, limits_);
-        arrival.submitted = metrics_->now();
-        std::lock_guard lock(mutex_);
-        arrival.request.sampling.seed =
-            base_seed_of(arrival.request, [this] { return fresh_seeds_(); });
-        arrival.id = sched::RequestId{next_id_};
-        next_id_ += static_cast<std::uint64_t>(arrival.request.n);
-        sched::RequestId const id = arrival.id;
-        arrivals_.push_back(std::move(arrival));
-        ready_.notify_all();
-        return id;
+        return enqueue(std::move(arrival));
+    }
+
+    // A request another engine prefilled (engine/handoff.hpp): checked against the same
+    // limits as any submit, its prompt the prefilled prompt_tokens.
+    sched::RequestId adopt(PrefilledRequest prefilled, TokenCallback callback) {
+        Arrival arrival{.request = std::move(prefilled.request), .callback = std::move(callback)};
+        arrival.prompt = arrival.request.prompt_tokens;
+        validate_request(arrival.request, arrival.prompt, limits_);
+        arrival.transferred = Arrival::Transferred{.first_token = prefilled.first_token,
+                                                   .tokens = prefilled.tokens,
+                                                   .blocks = std::move(prefilled.blocks)};
+        return enqueue(std::move(arrival));
     }
 
     void abort(sched::RequestId id) {
@@ -94,6 +106,20 @@ class RequestIntake {
     RequestLimits const& limits() const { return limits_; }
 
   private:
+    sched::RequestId enqueue(Arrival arrival) {
+        arrival.submitted = metrics_->now();
+        std::lock_guard lock(mutex_);
+        arrival.request.sampling.seed =
+            base_seed_of(arrival.request, [this] { return fresh_seeds_(); });
+        arrival.id = sched::RequestId{next_id_};
+        // The n choices of a request take consecutive ids.
+        next_id_ += static_cast<std::uint64_t>(arrival.request.n);
+        sched::RequestId const id = arrival.id;
+        arrivals_.push_back(std::move(arrival));
+        ready_.notify_all();
+        return id;
+    }
+
     tok::Tokenizer const* tokenizer_;
     tok::ChatTemplate const* chat_;
     RequestLimits limits_;

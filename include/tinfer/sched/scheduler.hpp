@@ -137,6 +137,25 @@ class Scheduler {
         if constexpr (requires { order_.on_arrival(stored); }) order_.on_arrival(stored);
     }
 
+    // Queues a request whose prompt KV and first token were computed elsewhere (prefill/decode
+    // disaggregation): it enters as a swapped request (its KV is in host memory, the engine
+    // imports it when this swaps it in), the prompt computed and one token generated, so its
+    // next work is a decode. Refused like add(), and when it has nothing left to generate.
+    void add_transferred(NewRequest const& spec) {
+        if (spec.max_new_tokens < 2)
+            throw RequestError(to_string(spec.id) +
+                               ": a transferred request has generated its first token; "
+                               "max_new_tokens must be at least 2, got " +
+                               std::to_string(spec.max_new_tokens));
+        add(spec);
+        Request& request = requests_.at(spec.id);
+        std::erase(waiting_, spec.id);
+        request.computed = spec.prompt_length;
+        request.generated = 1;
+        request.state = RequestState::swapped;
+        swapped_.push_back(spec.id);
+    }
+
     // Ends a live request. Returns the state it was in, which tells the engine where its KV
     // lives (running: device, swapped: host, waiting: nowhere), or nothing when the id is not
     // live (never added, or already ended).
