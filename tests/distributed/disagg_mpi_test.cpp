@@ -1,34 +1,37 @@
-// Prefill/decode disaggregation on the real model (SmolLM2-135M-Instruct), two processes:
-// rank 0 runs PrefillWorker, rank 1 runs DecodeWorker, and
+// Prefill/decode disaggregation on the real model (SmolLM2-135M-Instruct), two processes, each
+// an Engine: rank 0's hands every request off after its first token (PrefillRole), rank 1's
+// adopts the KV blocks and decodes (DecodeRole), its token events coming back to rank 0's
+// callbacks. Checked:
 //  - every request (the golden prompts greedy; sampled ones with fresh seeds, penalties and
 //    filters; prompts repeated so the prefill side takes blocks from its prefix cache; a
-//    request that ends at its first token; one that ends on a stop token) generates token for
-//    token what colocated serving generates: one process, the same cache type, the whole prompt
-//    in one forward call, one request at a time (computed on rank 1, independently of
-//    the workers);
-//  - the bytes each request puts on the wire, counted by a communicator wrapper and not by the
-//    workers, are the 66-byte header plus ceil(tokens / block) whole blocks; compared with the
+//    request that ends at its first token; one that ends on a stop token) streams token for
+//    token, and text for text, what colocated serving streams: one Engine of the same type
+//    serving the same requests (run on rank 0 afterwards);
+//  - the KV of each hand-off, counted on the wire by a communicator wrapper and not by the
+//    roles, is the 66-byte header plus ceil(tokens / block) whole blocks; compared with the
 //    KV-size formula tokens x kv_bytes_per_token, the difference is the unused part of the last
 //    block, always less than one block;
 //  - a transfer whose codec or block size differs from the decode cache's is refused with a
-//    KvLayoutMismatch naming the field, and the transfers behind it still arrive intact;
-//  - neither cache leaks a block.
-// Few generated tokens per request keep it under a minute on two cores.
+//    KvLayoutMismatch naming the field, its request told so, and the transfers behind it still
+//    arrive intact;
+//  - the decode cache is smaller than the load (hand-offs wait in host memory for room), and
+//    neither cache leaks a block.
+// Few generated tokens per request keep it well under a minute on two cores.
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <iterator>
+#include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <tinfer/config/presets.hpp>
 #include <tinfer/distributed/disaggregation.hpp>
 #include <tinfer/distributed/mpi_communicator.hpp>
+#include <tinfer/engine/engine.hpp>
 #include <tinfer/format/gguf.hpp>
-#include <tinfer/kernels/sampling.hpp>
 #include <tinfer/kv/codec.hpp>
-#include <tinfer/kv/paged_cache.hpp>
-#include <tinfer/model/llama.hpp>
 
 #include "../reference/golden_logits.hpp"
 #include "mpi_testing.hpp"
@@ -39,25 +42,30 @@ using namespace tinfer::distributed;
 namespace {
 
 constexpr ModelConfig smollm2 = presets::smollm2_135m;
-using Model = Llama<smollm2>;
 constexpr int block_size = 16;
-using Cache = kv::PagedKvCache<smollm2, block_size, kv::Bf16Codec>;
+// Smaller than the long prompts, so their prefill runs in several chunks that straddle blocks.
+constexpr int prefill_chunk_tokens = 48;
+constexpr int max_batch = 4;
+using Serving = sched::Scheduler<sched::ContinuousBatching<max_batch, 256>,
+                                 sched::ChunkedPrefill<prefill_chunk_tokens>,
+                                 sched::PreemptByRecompute, sched::Fcfs>;
+using ServingEngine = Engine<Llama<smollm2>, Serving, Host, PagedKv<block_size, kv::Bf16Codec>>;
+using Cache = ServingEngine::Cache;
 // The formula's view of this cache: the model's shape with bf16 K and V.
 constexpr ModelConfig shipped_shape = with_kv(smollm2, DType::bf16);
 constexpr int prefill_rank = 0;
 constexpr int decode_rank = 1;
 constexpr int threads_per_rank = 1;  // two ranks on two cores
-// Smaller than the long prompts, so their prefill runs in several chunks that straddle blocks.
-constexpr int prefill_chunk_tokens = 48;
-constexpr int decode_batch = 4;
-// The decode cache holds the longest golden request and a mid-sized one, not every request at
-// once: later transfers must wait for finished requests' blocks.
-constexpr int decode_cache_blocks = 40;
-constexpr std::size_t prefill_cache_bytes = 64 * Cache::bytes_per_block;
+// The decode cache holds the longest golden request (27 blocks) and little beside it, not
+// every request at once: later hand-offs wait in host memory for finished requests' blocks.
+constexpr int decode_cache_blocks = 32;
+constexpr int prefill_cache_blocks = 64;
+// Ids of the malformed hand-offs the test sends itself: far from the engine's own ids.
+constexpr std::uint64_t malformed_id = 1'000'000;
 
-// Counts what goes through a communicator, so the test measures the wire itself rather than
-// trusting the workers' own accounting.
-template <Communicator Inner>
+// Counts what goes through a communicator, message by message, so the test measures the wire
+// itself rather than trusting the roles' own accounting.
+template <PollingCommunicator Inner>
 class CountingCommunicator {
   public:
     using Backend = typename Inner::Backend;
@@ -70,88 +78,43 @@ class CountingCommunicator {
         inner_->all_gather(mine, all);
     }
     void send(std::span<std::byte const> bytes, int to, int tag) {
-        bytes_sent += bytes.size();
+        sent.push_back(bytes.size());
         inner_->send(bytes, to, tag);
     }
-    void recv(std::span<std::byte> bytes, int from, int tag) {
-        inner_->recv(bytes, from, tag);
-        bytes_received += bytes.size();
-    }
+    void recv(std::span<std::byte> bytes, int from, int tag) { inner_->recv(bytes, from, tag); }
+    bool has_message(int from, int tag) { return inner_->has_message(from, tag); }
     void barrier() { inner_->barrier(); }
 
-    std::size_t bytes_sent = 0;
-    std::size_t bytes_received = 0;
+    std::vector<std::size_t> sent;  // sizes of the messages sent, in order
 
   private:
     Inner* inner_;
 };
 
-struct Expected {
-    std::vector<std::int32_t> tokens;
-    FinishReason finish = FinishReason::length;
-    std::vector<float> prompt_kv;  // [layers][K, V][kv_heads][prompt][head_dim], decoded
-};
-
-// A sequence's K and V for its first `tokens` positions, every layer and head, as the cache
-// decodes them.
-std::vector<float> kv_of(Cache const& cache, int seq, int tokens) {
-    std::size_t const per_head = static_cast<std::size_t>(tokens) * smollm2.head_dim;
-    std::vector<float> out(static_cast<std::size_t>(smollm2.layers) * 2 * smollm2.kv_heads *
-                           per_head);
-    float* next = out.data();
-    for (int layer = 0; layer < smollm2.layers; ++layer) {
-        auto const view = cache.view(seq, layer);
-        for (int h = 0; h < smollm2.kv_heads; ++h, next += per_head) {
-            view.load_keys(h, 0, tokens, next);
-        }
-        for (int h = 0; h < smollm2.kv_heads; ++h, next += per_head) {
-            view.load_values(h, 0, tokens, next);
-        }
-    }
-    return out;
-}
-
-// Colocated serving, written here without the workers: one request alone in a cache of the
-// same type, the whole prompt in one forward call, then one token per step.
-// A request as the router hands it to both workers: its id and the library's request.
+// A request as the test sends it (the id only names it in messages).
 struct Routed {
     std::uint64_t id;
     GenerationRequest request;
 };
 
-Expected generate_colocated(Model const& model, Routed const& routed) {
-    GenerationRequest const& request = routed.request;
-    std::vector<std::int32_t> const& prompt = request.prompt_tokens;
-    Cache cache(static_cast<std::size_t>(Cache::blocks_for(kv_positions_of(request))) *
-                Cache::bytes_per_block);
-    int const n = static_cast<int>(prompt.size());
-    int const seq = cache.admit(kv_positions_of(request));
-    Model::Workspace workspace(n, threads_per_rank);
-    kernels::SamplingWorkspace sampling(smollm2.vocab);
-    std::vector<float> logits(smollm2.vocab);
-    Expected out;
-    if (!cache.reserve(seq, n)) throw Error("reference: no room for the prompt");
-    SequenceChunk const prefill{.slot = seq, .first_position = 0, .tokens = prompt};
-    model.forward(std::span(&prefill, 1), cache, workspace, logits);
-    out.prompt_kv = kv_of(cache, seq, n);
-    for (;;) {
-        kernels::TokenHistory const history{prompt, out.tokens};
-        auto const step = static_cast<std::uint32_t>(out.tokens.size());
-        out.tokens.push_back(
-            kernels::sample_token(logits, request.sampling, history, routed.id, step, sampling)
-                .token);
-        if (std::ranges::find(request.stop_token_ids, out.tokens.back()) !=
-            request.stop_token_ids.end()) {
-            out.finish = FinishReason::stop_token;
-            return out;
-        }
-        if (static_cast<int>(out.tokens.size()) == request.max_tokens) return out;
-        int const position = n + static_cast<int>(out.tokens.size()) - 1;
-        if (!cache.reserve(seq, position + 1)) throw Error("reference: no room to decode");
-        SequenceChunk const decode{
-            .slot = seq, .first_position = position, .tokens = std::span(&out.tokens.back(), 1)};
-        model.forward(std::span(&decode, 1), cache, workspace, logits);
-    }
+// What a request's callback heard.
+struct Heard {
+    std::vector<std::int32_t> tokens;
+    std::string text;
+    std::optional<FinishReason> finish;
+    std::string error;
+    int finishes = 0;
+};
+
+EngineOptions options_with(int cache_blocks, bool prefix_caching) {
+    return {.kv_budget_bytes = static_cast<std::size_t>(cache_blocks) * Cache::bytes_per_block,
+            .threads = threads_per_rank,
+            .prefix_caching = prefix_caching};
+}
+
+ServingEngine make_engine(char const* model_path, int cache_blocks, bool prefix_caching) {
+    return ServingEngine(gguf::File::open(model_path), options_with(cache_blocks, prefix_caching),
+                         Serving{});
 }
 
 std::vector<Routed> make_requests(std::vector<testing::GoldenPrompt> const& golden,
@@ -230,210 +193,193 @@ std::vector<KvTransferHeader> mismatched_headers(Routed const& routed) {
 }
 
 void run_prefill(testing::mpi::Checks& checks, CountingCommunicator<MpiCommunicator>& comm,
-                 Model const& model, std::vector<Routed> const& requests) {
-    for (KvTransferHeader const& bad : mismatched_headers(requests.front())) {
+                 char const* model_path, std::vector<Routed> const& requests) {
+    // The malformed hand-offs go first; the decode rank must refuse each and stay in step.
+    std::vector<KvTransferHeader> const malformed = mismatched_headers(requests.front());
+    for (std::size_t i = 0; i < malformed.size(); ++i) {
+        KvTransferHeader bad = malformed[i];
+        bad.request_id = malformed_id + i;
         std::vector<std::byte> const payload(bad.payload_bytes());
-        send_kv(comm, bad, payload, decode_rank, default_kv_transfer_tag);
+        send_handoff(comm, bad.request_id, requests.front().request, bad, payload, decode_rank,
+                     default_kv_transfer_tag);
+    }
+    std::size_t const sent_before = comm.sent.size();
+
+    ServingEngine engine = make_engine(model_path, prefill_cache_blocks, /*prefix_caching=*/true);
+    PrefillRole prefill(engine, comm, {.peer = decode_rank});
+    std::map<sched::RequestId, std::size_t> index_of;
+    std::vector<Heard> heard(requests.size());
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        index_of[engine.submit(requests[i].request, [&heard, i](TokenEvent const& e) {
+            Heard& h = heard[i];
+            if (e.token >= 0) h.tokens.push_back(e.token);
+            h.text += e.text;
+            if (e.finish) {
+                h.finish = e.finish;
+                ++h.finishes;
+            }
+            if (!e.error.empty()) h.error = e.error;
+        })] = i;
+    }
+    // Bounded: a request whose end never comes back fails the test instead of hanging it (a
+    // few times the run's length on two loaded cores).
+    checks.expect(prefill.run_until_idle(std::chrono::seconds(200)),
+                  "every request ended within 200 s");
+
+    // The refusals came back as events for the malformed hand-offs, naming what differs.
+    std::vector<std::string> const must_name = {"key codec id", "block_size 32, this cache has 16"};
+    auto const& unrouted = prefill.unrouted_events();
+    checks.expect(unrouted.size() == must_name.size(), std::to_string(unrouted.size()) +
+                                                           " refusals came back, expected " +
+                                                           std::to_string(must_name.size()));
+    for (std::size_t i = 0; i < std::min(unrouted.size(), must_name.size()); ++i) {
+        std::string const& error = unrouted[i].error;
+        checks.expect(
+            unrouted[i].finish == FinishReason::aborted &&
+                static_cast<std::uint64_t>(unrouted[i].id) == malformed_id + i &&
+                error.find(must_name[i]) != std::string::npos &&
+                (i != 0 || error.find("bf16") != std::string::npos),
+            "a mismatched transfer is refused naming '" + must_name[i] + "': got '" + error + "'");
     }
 
-    Cache cache(prefill_cache_bytes);
-    PrefillWorker prefill(model, cache, comm,
-                          {.decode_rank = decode_rank,
-                           .chunk_tokens = prefill_chunk_tokens,
-                           .threads = threads_per_rank});
+    // The wire: a KV header (66 bytes) then its payload of whole blocks, once per hand-off.
+    std::vector<std::size_t> payloads;
+    for (std::size_t m = sent_before; m + 1 < comm.sent.size(); ++m)
+        if (comm.sent[m] == kv_transfer_header_bytes) payloads.push_back(comm.sent[m + 1]);
+    std::vector<std::size_t> expected_payloads;
     std::printf("%8s %7s %7s %7s %10s %12s %10s %9s\n", "request", "tokens", "cached", "blocks",
                 "shipped", "formula", "padding", "overhead");
+    std::vector<sched::RequestMetrics> const metrics = engine.take_finished_metrics();
     std::vector<std::vector<std::int32_t>> seen_prompts;
-    for (Routed const& routed : requests) {
-        std::size_t const sent_before = comm.bytes_sent;
-        PrefillReport const report = prefill.serve(routed.id, routed.request);
-        std::size_t const shipped = comm.bytes_sent - sent_before;
-        std::vector<std::int32_t> const& prompt = routed.request.prompt_tokens;
-
+    int prefix_hits = 0;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        std::vector<std::int32_t> const& prompt = requests[i].request.prompt_tokens;
         int const n = static_cast<int>(prompt.size());
+        std::string const which = "request " + std::to_string(requests[i].id);
+        bool const repeated = std::ranges::find(seen_prompts, prompt) != seen_prompts.end();
+        seen_prompts.push_back(prompt);
+        auto const m = std::ranges::find_if(
+            metrics, [&](sched::RequestMetrics const& r) { return index_of.at(r.id) == i; });
+        if (!checks.expect(m != metrics.end(), which + ": the prefill engine saw it end")) continue;
+        // A prompt seen before may start from its cached full blocks (one position is always
+        // recomputed, for the logits); whether its twin has left by then is the scheduler's.
+        int const cacheable = (n - 1) / block_size * block_size;
+        checks.expect(
+            m->cached_prompt_tokens == 0 || (repeated && m->cached_prompt_tokens == cacheable),
+            which + ": " + std::to_string(m->cached_prompt_tokens) +
+                " prompt tokens from the prefix cache");
+        prefix_hits += m->cached_prompt_tokens > 0;
+        bool const handed_off = heard[i].tokens.size() >= 2;
+        checks.expect(m->finish_reason == (handed_off ? "handed_off" : name_of(*heard[i].finish)),
+                      which + ": ended on the prefill side as '" + m->finish_reason + "'");
+        if (!handed_off) continue;
         std::size_t const blocks = static_cast<std::size_t>(Cache::blocks_for(n));
         std::size_t const payload = blocks * Cache::bytes_per_block;
+        expected_payloads.push_back(payload);
         double const formula = shipped_shape.kv_bytes(n);
-        std::string const which = "request " + std::to_string(routed.id);
-        checks.expect(shipped == kv_transfer_header_bytes + payload,
-                      which + ": " + std::to_string(shipped) + " bytes on the wire, expected " +
-                          std::to_string(kv_transfer_header_bytes) + " + " +
-                          std::to_string(blocks) + " blocks x " +
-                          std::to_string(Cache::bytes_per_block));
-        checks.expect(report.bytes_shipped == shipped, which + ": the worker's own byte count");
-        checks.expect(report.tokens == n, which + ": every prompt position shipped");
         double const padding = static_cast<double>(payload) - formula;
         checks.expect(padding >= 0 && padding < static_cast<double>(Cache::bytes_per_block) &&
                           (n % block_size != 0 || padding == 0),
                       which +
                           ": the payload exceeds tokens x kv_bytes_per_token by the unused "
                           "slots of the last block only");
-        // A prompt seen before starts from its cached full blocks (one position is always
-        // recomputed, for the logits).
-        bool const repeated = std::ranges::find(seen_prompts, prompt) != seen_prompts.end();
-        int const cacheable = (n - 1) / block_size * block_size;
-        checks.expect(report.cached_tokens == (repeated ? cacheable : 0),
-                      which + ": " + std::to_string(report.cached_tokens) +
-                          " prompt tokens from the prefix cache, expected " +
-                          std::to_string(repeated ? cacheable : 0));
-        seen_prompts.push_back(prompt);
+        std::size_t const shipped = kv_transfer_header_bytes + payload;
         std::printf("%8llu %7d %7d %7zu %10zu %12.0f %10.0f %8.2f%%\n",
-                    static_cast<unsigned long long>(routed.id), n, report.cached_tokens, blocks,
-                    shipped, formula, padding + kv_transfer_header_bytes,
+                    static_cast<unsigned long long>(requests[i].id), n, m->cached_prompt_tokens,
+                    blocks, shipped, formula, padding + kv_transfer_header_bytes,
                     100.0 * (static_cast<double>(shipped) - formula) / formula);
     }
+    checks.expect(prefix_hits >= 1, "a repeated prompt started from the prefix cache");
+    std::ranges::sort(payloads);
+    std::ranges::sort(expected_payloads);
+    checks.expect(payloads == expected_payloads,
+                  "the wire carried one header + whole-blocks payload per hand-off (" +
+                      std::to_string(payloads.size()) + " seen, " +
+                      std::to_string(expected_payloads.size()) + " expected)");
+    checks.expect(prefill.stats().handoffs == static_cast<int>(expected_payloads.size()),
+                  "the role's own count of hand-offs");
     std::printf(
         "KV bytes per token %.0f (formula) = %zu (cache); block of %d tokens = %zu bytes; "
         "header %zu bytes\n",
         shipped_shape.kv_bytes_per_token(), Cache::bytes_per_token, block_size,
         Cache::bytes_per_block, kv_transfer_header_bytes);
-    std::fflush(stdout);
     checks.expect(static_cast<double>(Cache::bytes_per_token) == shipped_shape.kv_bytes_per_token(),
                   "a cache token holds exactly the formula's bytes");
-    checks.expect(cache.live_sequences() == 0, "the prefill side releases every request");
-    checks.expect(cache.used_blocks() == cache.prefix_cache().evictable_blocks(cache.pool()),
+    checks.expect(engine.cache().live_sequences() == 0, "the prefill side releases every request");
+    checks.expect(engine.cache().used_blocks() == engine.cache().prefix_only_blocks(),
                   "the prefill side holds only prefix-cache blocks afterwards");
+    prefill.shutdown();
+
+    // Colocated serving: one engine of the same type, the same requests.
+    ServingEngine colocated = make_engine(model_path, 4 * prefill_cache_blocks, true);
+    std::vector<GenerationRequest> same;
+    for (Routed const& r : requests) same.push_back(r.request);
+    std::vector<Completion> const reference = colocated.generate(std::move(same));
+    int stopped_on_token = 0, handed_off = 0;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        std::string const which = "request " + std::to_string(requests[i].id);
+        Heard const& h = heard[i];
+        checks.expect(h.finishes == 1, which + ": finished exactly once");
+        checks.expect(h.error.empty(), which + ": no error, got '" + h.error + "'");
+        checks.expect(h.tokens == reference[i].tokens,
+                      which + ": disaggregated [" + tokens_text(h.tokens) + "], colocated [" +
+                          tokens_text(reference[i].tokens) + "]");
+        checks.expect(h.text == reference[i].text, which + ": the same text streamed");
+        checks.expect(h.finish == reference[i].finish, which + ": finish reason");
+        stopped_on_token += h.finish == FinishReason::stop_token;
+        handed_off += h.tokens.size() >= 2;
+        std::printf("request %llu: %zu tokens (%s) [%s]\n",
+                    static_cast<unsigned long long>(requests[i].id), h.tokens.size(),
+                    h.finish ? std::string(name_of(*h.finish)).c_str() : "none",
+                    tokens_text(h.tokens).c_str());
+    }
+    checks.expect(stopped_on_token >= 1, "a request ended on its stop token");
+    checks.expect(handed_off < static_cast<int>(requests.size()),
+                  "a request ended at its first token, on the prefill side");
+    std::fflush(stdout);
 }
 
-// The first requests are stepped here one decode step at a time, so the test can read each
-// one's KV out of the decode cache while it runs; the rest go through run_until_idle.
-constexpr std::size_t stepped_requests = 5;
-
 void run_decode(testing::mpi::Checks& checks, CountingCommunicator<MpiCommunicator>& comm,
-                Model const& model, std::vector<Routed> const& requests) {
-    std::vector<Expected> colocated;
-    for (Routed const& r : requests) colocated.push_back(generate_colocated(model, r));
-
-    Cache cache(decode_cache_blocks * Cache::bytes_per_block);
-    DecodeWorker decode(
-        model, cache, comm,
-        {.prefill_rank = prefill_rank, .max_batch = decode_batch, .threads = threads_per_rank});
-    for (std::size_t i = 0; i < stepped_requests; ++i)
-        decode.expect(requests[i].id, requests[i].request);
-
-    // The refused transfers come first; each must name what differs.
-    std::vector<std::string> const must_name = {"key codec id", "block_size 32, this cache has 16"};
-    for (std::string const& field : must_name) {
-        std::string error;
-        try {
-            decode.receive();
-        } catch (KvLayoutMismatch const& e) {
-            error = e.what();
-        }
-        checks.expect(
-            error.find(field) != std::string::npos &&
-                (field != "key codec id" || error.find("bf16") != std::string::npos),
-            "a mismatched transfer is refused naming '" + field + "': got '" + error + "'");
-    }
-    checks.expect(decode.expected() == static_cast<int>(stepped_requests) &&
-                      decode.running() == 0 && decode.waiting() == 0,
-                  "refused transfers admit nothing");
-    std::size_t const received_before = comm.bytes_received;
-
-    // Stepped by hand: while a request runs, its prompt KV in the decode cache must be bitwise
-    // what colocated prefill wrote (adopted, not recomputed or altered).
-    std::vector<Completion> completions;
-    std::vector<bool> kv_checked(stepped_requests, false);
-    constexpr int step_limit = 1000;  // far more than the requests need: a stuck loop fails
-    for (int steps = 0; decode.expected() + decode.running() + decode.waiting() > 0; ++steps) {
-        if (!checks.expect(steps < step_limit, "the stepped decode loop finishes")) return;
-        while (decode.expected() > 0 && decode.running() + decode.waiting() < decode_batch) {
-            // Each receive takes one expected transfer: a loop that took none would spin here.
-            int const expected_before = decode.expected();
-            decode.receive();
-            if (!checks.expect(decode.expected() < expected_before,
-                               "a receive takes one of the expected transfers"))
-                return;
-        }
-        for (std::size_t i = 0; i < stepped_requests; ++i) {
-            auto const seq = decode.sequence_of(requests[i].id);
-            if (!seq || kv_checked[i]) continue;
-            kv_checked[i] = true;
-            int const n = static_cast<int>(requests[i].request.prompt_tokens.size());
-            checks.expect(kv_of(cache, *seq, n) == colocated[i].prompt_kv,
-                          "request " + std::to_string(requests[i].id) +
-                              ": the decode cache holds colocated prefill's KV, bitwise");
-        }
-        std::ranges::move(decode.step(), std::back_inserter(completions));
-    }
-    for (std::size_t i = 0; i < stepped_requests; ++i) {
-        auto const found =
-            std::ranges::find(completions, sched::RequestId{requests[i].id}, &Completion::id);
-        // Admitted inside a step, a request has two tokens after it; a third means it was
-        // running when the loop looked.
-        if (found != completions.end() && found->tokens.size() >= 3) {
-            checks.expect(kv_checked[i], "request " + std::to_string(requests[i].id) +
-                                             ": KV compared while it ran");
-        }
-    }
-
-    for (std::size_t i = stepped_requests; i < requests.size(); ++i)
-        decode.expect(requests[i].id, requests[i].request);
-    std::ranges::move(decode.run_until_idle(), std::back_inserter(completions));
-
-    checks.expect(completions.size() == requests.size(), "every request finishes exactly once");
-    std::size_t wire_bytes = 0;
-    int stopped_on_token = 0;
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-        std::uint64_t const id = requests[i].id;
-        auto const found = std::ranges::find(completions, sched::RequestId{id}, &Completion::id);
-        std::string const which = "request " + std::to_string(id);
-        if (!checks.expect(found != completions.end(), which + " completed")) continue;
-        checks.expect(found->tokens == colocated[i].tokens,
-                      which + ": disaggregated [" + tokens_text(found->tokens) + "], colocated [" +
-                          tokens_text(colocated[i].tokens) + "]");
-        checks.expect(found->finish == colocated[i].finish, which + ": finish reason");
-        int const n = static_cast<int>(requests[i].request.prompt_tokens.size());
-        checks.expect(found->handoff.transferred_tokens == n, which + ": positions received");
-        checks.expect(
-            found->handoff.bytes_received ==
-                kv_transfer_header_bytes +
-                    static_cast<std::size_t>(Cache::blocks_for(n)) * Cache::bytes_per_block,
-            which + ": bytes received");
-        wire_bytes += found->handoff.bytes_received;
-        stopped_on_token += found->finish == FinishReason::stop_token;
-        std::printf("request %llu: %zu tokens (%s) [%s]\n", static_cast<unsigned long long>(id),
-                    found->tokens.size(), std::string(name_of(found->finish)).c_str(),
-                    tokens_text(found->tokens).c_str());
-    }
-    checks.expect(comm.bytes_received - received_before == wire_bytes,
-                  "the wire carried exactly the completions' bytes");
-    checks.expect(stopped_on_token >= 1, "a request ended on its stop token");
-    auto const& stats = decode.stats();
-    std::printf(
-        "decode: %d steps, %lld rows, peak batch %d, %d delayed admissions, KV of %d "
-        "requests compared\n",
-        stats.steps, static_cast<long long>(stats.decoded_rows), stats.peak_batch,
-        stats.delayed_admissions, static_cast<int>(std::ranges::count(kv_checked, true)));
+                char const* model_path, std::vector<Routed> const& requests) {
+    ServingEngine engine = make_engine(model_path, decode_cache_blocks, /*prefix_caching=*/false);
+    DecodeRole decode(engine, comm, {.peer = prefill_rank});
+    decode.serve();
+    checks.expect(decode.refusals().size() == 2, "the two malformed hand-offs were refused");
+    auto const& summary = engine.metrics().summary();
+    std::printf("decode: %d adopted, %lld steps, peak KV usage %.2f, %lld preemptions\n",
+                decode.adopted(), static_cast<long long>(summary.steps), summary.peak_kv_usage,
+                static_cast<long long>(summary.preemptions));
     std::fflush(stdout);
-    checks.expect(stats.peak_batch >= 2, "requests decoded in one batch");
-    checks.expect(stats.delayed_admissions >= 1,
-                  "a transfer waited for room (the decode cache is smaller than the load)");
-    checks.expect(cache.live_sequences() == 0 && cache.used_blocks() == 0,
+    // Every request but those ending at their first token (rank 0 counts them exactly).
+    checks.expect(decode.adopted() >= static_cast<int>(requests.size()) - 2,
+                  "the decode engine adopted the hand-offs");
+    checks.expect(summary.peak_kv_usage > 0.75, "the decode cache filled up");
+    checks.expect(engine.cache().live_sequences() == 0 && engine.cache().used_blocks() == 0,
                   "the decode side frees every block");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    return testing::mpi::run(argc, argv, "disagg_mpi_test", [](testing::mpi::Checks& checks) {
-        std::uint64_t const seed = testing::mpi::shared_seed();
-        MpiCommunicator mpi;
-        if (!checks.expect(mpi.size() == 2, "needs a prefill rank and a decode rank")) return;
-        CountingCommunicator comm(mpi);
+    return testing::mpi::run(
+        argc, argv, "disagg_mpi_test",
+        [](testing::mpi::Checks& checks) {
+            std::uint64_t const seed = testing::mpi::shared_seed();
+            MpiCommunicator mpi;
+            if (!checks.expect(mpi.size() == 2, "needs a prefill rank and a decode rank")) return;
+            CountingCommunicator comm(mpi);
 
-        char const* model_path = std::getenv("TINFER_MODEL_PATH");
-        if (!model_path) throw Error("TINFER_MODEL_PATH is not set");
-        auto const file = gguf::File::open(model_path);
-        auto const model = Model::bind(file);
-        auto const golden = testing::load_golden_logits(TINFER_GOLDEN_LOGITS);
-        std::vector<Routed> const requests = make_requests(golden, seed);
+            char const* model_path = std::getenv("TINFER_MODEL_PATH");
+            if (!model_path) throw Error("TINFER_MODEL_PATH is not set");
+            auto const golden = testing::load_golden_logits(TINFER_GOLDEN_LOGITS);
+            std::vector<Routed> const requests = make_requests(golden, seed);
 
-        if (comm.rank() == prefill_rank) {
-            run_prefill(checks, comm, model, requests);
-        } else {
-            run_decode(checks, comm, model, requests);
-        }
-        comm.barrier();
-    });
+            if (comm.rank() == prefill_rank) {
+                run_prefill(checks, comm, model_path, requests);
+            } else {
+                run_decode(checks, comm, model_path, requests);
+            }
+            comm.barrier();
+        },
+        MPI_THREAD_MULTIPLE);  // PrefillRole receives on a thread of its own
 }

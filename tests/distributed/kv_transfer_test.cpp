@@ -1,5 +1,6 @@
 // The KV transfer header's wire format, on one process: round trips, and every corruption the
-// receiver must notice; and, over a stand-in device communicator, that the header travels as
+// receiver must notice; the disaggregation frames (a request going to the decode rank, a token
+// event coming back) likewise; and, over a stand-in device communicator, that the header travels as
 // host bytes while only the payload goes through device send/recv. The cross-process transfer
 // is mpi_kv_transfer_test (and, on two GPUs, cuda_nccl_communicator_test).
 #include <boost/test/unit_test.hpp>
@@ -9,6 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include <tinfer/distributed/disaggregation.hpp>
 #include <tinfer/distributed/kv_transfer.hpp>
 
 #include "testing.hpp"
@@ -85,7 +87,132 @@ KvTransferHeader random_header(std::mt19937_64& rng) {
     return h;
 }
 
+// Every field the decode rank reads, drawn at random: ranges far beyond any real request's.
+GenerationRequest random_request(std::mt19937_64& rng) {
+    std::uniform_int_distribution<int> count(0, 9);
+    std::uniform_real_distribution<float> real(-4, 4);
+    GenerationRequest r;
+    r.prompt_tokens.resize(static_cast<std::size_t>(count(rng)) + 1);
+    for (auto& t : r.prompt_tokens) t = static_cast<std::int32_t>(rng());
+    r.max_tokens = static_cast<int>(rng());
+    for (int i = count(rng); i > 0; --i) r.stop.push_back(std::string(count(rng), char(rng())));
+    for (int i = count(rng); i > 0; --i)
+        r.stop_token_ids.push_back(static_cast<std::int32_t>(rng()));
+    r.ignore_eos = rng() % 2;
+    r.sampling.temperature = real(rng);
+    r.sampling.top_k = static_cast<int>(rng());
+    r.sampling.top_p = real(rng);
+    r.sampling.min_p = real(rng);
+    r.sampling.repetition_penalty = real(rng);
+    r.sampling.presence_penalty = real(rng);
+    r.sampling.frequency_penalty = real(rng);
+    for (int i = count(rng); i > 0; --i)
+        r.sampling.logit_bias.emplace_back(static_cast<std::int32_t>(rng()), real(rng));
+    if (rng() % 2) r.sampling.logit_bias.emplace_back(7, -std::numeric_limits<float>::infinity());
+    r.sampling.seed = rng();
+    r.sampling.logprobs = rng() % 2;
+    r.sampling.top_logprobs = static_cast<int>(rng());
+    r.priority = static_cast<int>(rng());
+    r.tenant = static_cast<std::uint32_t>(rng());
+    r.draft_tokens = static_cast<int>(rng());
+    return r;
+}
+
+bool same_request(GenerationRequest const& a, GenerationRequest const& b) {
+    auto const& p = a.sampling;
+    auto const& q = b.sampling;
+    return a.prompt_tokens == b.prompt_tokens && a.max_tokens == b.max_tokens && a.stop == b.stop &&
+           a.stop_token_ids == b.stop_token_ids && a.ignore_eos == b.ignore_eos &&
+           p.temperature == q.temperature && p.top_k == q.top_k && p.top_p == q.top_p &&
+           p.min_p == q.min_p && p.repetition_penalty == q.repetition_penalty &&
+           p.presence_penalty == q.presence_penalty && p.frequency_penalty == q.frequency_penalty &&
+           p.logit_bias == q.logit_bias && p.seed == q.seed && p.logprobs == q.logprobs &&
+           p.top_logprobs == q.top_logprobs && a.priority == b.priority && a.tenant == b.tenant &&
+           a.draft_tokens == b.draft_tokens;
+}
+
+TokenEvent random_event(std::mt19937_64& rng) {
+    std::uniform_int_distribution<int> count(0, 6);
+    TokenEvent e{.id = sched::RequestId{rng()}, .token = static_cast<std::int32_t>(rng())};
+    e.text = std::string(count(rng), char(rng()));
+    if (rng() % 2) e.logprob = -static_cast<float>(rng() % 1000) / 7;
+    for (int i = count(rng); i > 0; --i)
+        e.top_logprobs.push_back({static_cast<std::int32_t>(rng()), -float(rng() % 100)});
+    if (rng() % 2) e.finish = static_cast<FinishReason>(rng() % 4);
+    if (rng() % 2) e.error = std::string(count(rng), char(rng()));
+    e.speculation = {.rounds = static_cast<long>(rng() % 1000),
+                     .drafted = static_cast<long>(rng() % 1000),
+                     .accepted = static_cast<long>(rng() % 1000),
+                     .tokens_generated = static_cast<long>(rng() % 1000)};
+    return e;
+}
+
+bool same_event(TokenEvent const& a, TokenEvent const& b) {
+    return a.id == b.id && a.token == b.token && a.text == b.text && a.logprob == b.logprob &&
+           a.top_logprobs == b.top_logprobs && a.finish == b.finish && a.error == b.error &&
+           a.speculation.rounds == b.speculation.rounds &&
+           a.speculation.drafted == b.speculation.drafted &&
+           a.speculation.accepted == b.speculation.accepted &&
+           a.speculation.tokens_generated == b.speculation.tokens_generated;
+}
+
+// Every proper prefix of a frame is refused with KvTransferError (never read past its end).
+template <class Take>
+int truncations_refused(std::vector<std::byte> const& frame, Take take) {
+    int refused = 0;
+    for (std::size_t n = 0; n < frame.size(); ++n) {
+        wire::Reader in{std::span<std::byte const>(frame).first(n)};
+        try {
+            take(in);
+        } catch (KvTransferError const&) {
+            ++refused;
+        }
+    }
+    return refused;
+}
+
 }  // namespace
+
+BOOST_AUTO_TEST_SUITE(disaggregation_frames)
+
+BOOST_AUTO_TEST_CASE(requests_and_events_round_trip_and_truncations_are_refused) {
+    auto rng = testing::seeded_rng(3002);
+    for (int i = 0; i < 300; ++i) {
+        GenerationRequest const request = random_request(rng);
+        wire::Writer out;
+        wire::put_request(out, request);
+        wire::Reader in(out.bytes());
+        BOOST_TEST(same_request(wire::take_request(in), request));
+        BOOST_TEST(in.done());
+        std::vector<std::byte> const frame = out.bytes();
+        BOOST_TEST(truncations_refused(frame, [](wire::Reader& r) { wire::take_request(r); }) ==
+                   static_cast<int>(frame.size()));
+
+        TokenEvent const event = random_event(rng);
+        wire::Writer back;
+        wire::put_event(back, event);
+        wire::Reader event_in(back.bytes());
+        BOOST_TEST(same_event(wire::take_event(event_in), event));
+        BOOST_TEST(event_in.done());
+        std::vector<std::byte> const event_frame = back.bytes();
+        BOOST_TEST(truncations_refused(event_frame, [](wire::Reader& r) { wire::take_event(r); }) ==
+                   static_cast<int>(event_frame.size()));
+    }
+}
+
+// A count that claims more elements than the frame holds is refused before anything is
+// allocated (a corrupt peer must not make the decode rank allocate terabytes).
+BOOST_AUTO_TEST_CASE(a_count_beyond_the_frame_is_refused) {
+    wire::Writer out;
+    out.put(std::uint64_t{1} << 60);  // prompt tokens
+    out.put(std::int32_t{5});
+    wire::Reader in(out.bytes());
+    BOOST_CHECK_EXCEPTION(wire::take_request(in), KvTransferError, [](KvTransferError const& e) {
+        return std::string(e.what()).find("exceeds the frame") != std::string::npos;
+    });
+}
+
+BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(kv_transfer_format)
 

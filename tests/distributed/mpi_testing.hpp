@@ -66,9 +66,12 @@ inline std::uint64_t shared_seed() {
 }
 
 // Runs body(checks) on every rank under MPI; argv[1] is the rank count the test expects.
+// `thread_level`: what MPI must support (MPI_THREAD_MULTIPLE for a test whose ranks call MPI
+// from several threads).
 template <class Body>
-int run(int argc, char** argv, std::string const& name, Body body) {
-    distributed::MpiEnvironment environment(&argc, &argv);
+int run(int argc, char** argv, std::string const& name, Body body,
+        int thread_level = MPI_THREAD_SINGLE) {
+    distributed::MpiEnvironment environment(&argc, &argv, thread_level);
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     int const expected_ranks = argc > 1 ? std::atoi(argv[1]) : -1;

@@ -1,6 +1,6 @@
 // The one set of request limits (engine/request.hpp): each refusal names what is wrong, the
-// limits sit exactly where the cache's arithmetic puts them, and the disaggregated workers use
-// the same rules with drafts and stop strings refused.
+// limits sit exactly where the cache's arithmetic puts them. (Disaggregated decoding adopts
+// requests through Engine::adopt, which checks these same limits.)
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -8,7 +8,6 @@
 #include <boost/test/unit_test.hpp>
 
 #include <tinfer/config/presets.hpp>
-#include <tinfer/distributed/disaggregation.hpp>
 #include <tinfer/engine/kv_lifecycle.hpp>
 #include <tinfer/engine/request.hpp>
 #include <tinfer/kv/paged_cache.hpp>
@@ -122,30 +121,6 @@ BOOST_AUTO_TEST_CASE(largest_request_matches_a_scan_of_the_cache) {
         check_max_request_tokens<presets::smollm2_135m, 16>(blocks);
         check_max_request_tokens<hybrid, 16>(blocks);
     }
-}
-
-BOOST_AUTO_TEST_CASE(disaggregated_workers_use_the_same_rules) {
-    using Cache = kv::PagedKvCache<presets::smollm2_135m, 16>;
-    RequestLimits const limits = distributed::worker_limits<presets::smollm2_135m, Cache>(4);
-    // 4 blocks of 16: a request writes prompt + max_tokens - 1 positions, so 65 fits.
-    auto const message = [&](GenerationRequest const& r) {
-        try {
-            distributed::validate_routed(7, r, limits);
-        } catch (RequestError const& e) {
-            return std::string(e.what());
-        }
-        return std::string();
-    };
-    BOOST_TEST(message(request_of(60, 5)).empty());
-    BOOST_TEST(message(request_of(60, 6)).find("request 7: prompt + max_tokens = 66") == 0);
-    GenerationRequest drafts = request_of(4, 4);
-    drafts.draft_tokens = 1;
-    BOOST_TEST(message(drafts).find("do not speculate") != std::string::npos);
-    GenerationRequest stop = request_of(4, 4);
-    stop.stop = {"\n"};
-    BOOST_TEST(message(stop).find("need a tokenizer") != std::string::npos);
-    GenerationRequest text{.prompt = "hello", .max_tokens = 4};
-    BOOST_TEST(message(text).find("take prompt_tokens") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,99 +1,75 @@
 #pragma once
-// Prefill/decode disaggregation: a prefill worker turns prompts into KV blocks and the first
-// output token, ships them to a decode worker, and forgets the request; the decode worker adopts
-// the blocks into its own paged cache as they are (no recompute) and continues generation,
-// batching every request it holds into one forward step.
-//
-// Who knows what. A router (the caller) hands the same GenerationRequest (engine/request.hpp,
-// the library's one request model, with prompt_tokens: the workers hold no tokenizer) and the
-// same id to both workers, as vLLM's and SGLang's disaggregation proxies do, so the KV transport
-// carries only what the prefill computed: a KvTransferHeader (block layout, token count, first
-// sampled token) and the blocks. The decode worker needs the prompt for the sampler's
-// penalties, the sampling settings and the limits; it matches an arriving transfer to its
-// request by id. Both check a request against the engine's RequestLimits and stop it with the
-// engine's token-level stop rule (token_finish_reason), so a request means the same here as in
-// the Engine.
+// Prefill/decode disaggregation: two Engines, one per role, joined by a Communicator. The
+// prefill-role engine (PrefillRole) runs admission, chunked prefill and the first token's
+// sampling and streaming as any engine does, then hands the request off (engine/handoff.hpp):
+// its KV blocks, first token and the request go to the decode rank, and the request's callback
+// waits here for the tokens that come back. The decode-role engine (DecodeRole) adopts each
+// hand-off into its own paged cache as it is (no recompute) and decodes it with the normal
+// scheduler and step runner, batched with everything else it holds; each token event goes back
+// to the prefill rank, which calls the request's callback. So there is one serving loop, one
+// request model and one stop rule: the roles are the engine configured twice.
 //
 // Same tokens as colocated serving. The sampler's draw for a request's step k depends only on
-// the logits, the settings and (seed, request id, k); the forward pass is batch- and
-// chunk-invariant (model/llama.hpp), and the decode cache holds bitwise the bytes the prefill
-// cache wrote. So a request generates exactly the tokens it would in one process with the same
-// cache type, whatever else shares its batch.
+// the logits, the settings and (seed, k); the forward pass is batch- and chunk-invariant
+// (model/llama.hpp), and the decode cache holds bitwise the bytes the prefill cache wrote. So a
+// request generates exactly the tokens one Engine would generate for it with the same cache
+// type, whatever else shares either side's batch.
 //
-// Transport. Everything goes through the Communicator concept (send_kv / recv_kv_header /
-// recv_kv_payload on one peer and tag), so NCCL can replace MPI; PagedKvCache exports into host
-// memory, so the communicator's Backend must be Host until a device cache exports into device
-// memory.
-#include <algorithm>
+// Wire (one peer, two tags): prefill -> decode on `tag`: frames (a length, then the bytes:
+// hand-off, abort, shutdown), a hand-off frame followed by send_kv()'s header and blocks
+// (kv_transfer.hpp); decode -> prefill on `tag + 1`: token-event frames, and a last frame that
+// acknowledges the shutdown. Integers little-endian, floats as their bits. A grammar's state
+// does not travel: requests with a grammar decode on the prefill rank.
+//
+// Everything goes through the Communicator concept plus has_message() (a non-blocking probe,
+// so a rank steps its engine between messages); PagedKvCache exports into host memory, so the
+// communicator's Backend must be Host until a device cache exports into device memory. Every
+// call but the prefill side's receiving of events runs on the thread that steps the engine;
+// that one runs on a thread of its own (see PrefillRole), so MPI needs MPI_THREAD_MULTIPLE.
+#include <array>
+#include <bit>
 #include <chrono>
 #include <concepts>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <deque>
-#include <iterator>
 #include <map>
-#include <optional>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <tinfer/core/backend.hpp>
-#include <tinfer/core/error.hpp>
 #include <tinfer/core/communicator.hpp>
+#include <tinfer/core/error.hpp>
 #include <tinfer/distributed/kv_transfer.hpp>
+#include <tinfer/engine/handoff.hpp>
 #include <tinfer/engine/request.hpp>
-#include <tinfer/engine/stop_conditions.hpp>
-#include <tinfer/kernels/sampling.hpp>
-#include <tinfer/kv/kv_view.hpp>
 #include <tinfer/kv/paged_cache.hpp>
-#include <tinfer/model/llama.hpp>
 
 namespace tinfer::distributed {
 
-// The tag hand-offs use unless the workers are told otherwise ("KV" in ASCII).
+// The tag hand-offs use unless the roles are told otherwise ("KV" in ASCII).
 inline constexpr int default_kv_transfer_tag = 0x4b56;
 
-// The limits a worker checks a request against: the engine's rules, for a model of shape Cfg
-// and a cache of `cache_blocks` blocks (0: no cache limit), without drafts or stop strings.
-template <ModelConfig Cfg, class Cache>
-RequestLimits worker_limits(int cache_blocks) {
-    std::int64_t max_cached = 0;
-    if (cache_blocks > 0) {
-        // The largest prompt + max_tokens whose KV positions fit (no sliding window here).
-        max_cached =
-            static_cast<std::int64_t>(cache_blocks / Cache::group_count) * Cache::block_size + 1;
-    }
-    return {.vocab = Cfg.vocab,
-            .max_context = Cfg.max_context,
-            .max_cached_tokens = max_cached,
-            .max_draft_tokens = 0,
-            .speculation_refusal = "disaggregated workers do not speculate",
-            .has_tokenizer = false};
-}
-
-// KV positions a request ever writes (engine/request.hpp's rule).
-inline int kv_positions_of(GenerationRequest const& request) {
-    return static_cast<int>(
-        tinfer::kv_positions_of(request.prompt_tokens.size(), request.max_tokens));
-}
-
-// A request either worker could never serve is refused before any work (tinfer::RequestError,
-// naming the request).
-inline void validate_routed(std::uint64_t id, GenerationRequest const& request,
-                            RequestLimits const& limits) {
-    try {
-        if (request.prompt_tokens.empty() && (!request.prompt.empty() || !request.messages.empty()))
-            throw RequestError("disaggregated workers take prompt_tokens (they hold no tokenizer)");
-        validate_request(request, request.prompt_tokens, limits);
-    } catch (RequestError const& e) {
-        throw RequestError("request " + std::to_string(id) + ": " + e.what());
-    }
-}
-
 // ---- the block layout a cache type ships and accepts ----
+
+// Whether a cache type's blocks can travel as KvTransferHeader describes them: one block holds
+// every layer (a hybrid cache of sliding and global layer groups does not, yet).
+template <class Cache>
+inline constexpr bool ships_whole_blocks = false;
+template <ModelConfig Cfg, int BlockSize, class KCodec, class VCodec>
+inline constexpr bool ships_whole_blocks<kv::PagedKvCache<Cfg, BlockSize, KCodec, VCodec>> =
+    kv::PagedKvCache<Cfg, BlockSize, KCodec, VCodec>::bytes_per_block ==
+    static_cast<std::size_t>(Cfg.layers) *
+        Cfg.kv_heads* BlockSize*(
+            kv::PagedKvCache<Cfg, BlockSize, KCodec, VCodec>::key_vector_bytes +
+            kv::PagedKvCache<Cfg, BlockSize, KCodec, VCodec>::value_vector_bytes);
 
 // What a KvTransferHeader must say for a payload to be copied verbatim into a cache of type
 // Cache: its block size, the model's layers, KV heads and head_dim, and the two codecs.
@@ -127,8 +103,7 @@ struct KvBlockLayout<kv::PagedKvCache<Cfg, BlockSize, KCodec, VCodec>> {
     }
     // The payload's block layout must be exactly the cache's block storage.
     static_assert(
-        Cache::bytes_per_block == static_cast<std::size_t>(Cfg.layers) * Cfg.kv_heads * BlockSize *
-                                      (Cache::key_vector_bytes + Cache::value_vector_bytes),
+        ships_whole_blocks<Cache>,
         "distributed::KvBlockLayout ships blocks holding every layer: a shape with sliding "
         "and global layers (a hybrid cache of several layer groups) is not supported "
         "by disaggregation yet");
@@ -188,411 +163,554 @@ void require_matching_layout(KvTransferHeader const& received, int first_kv_head
     }
 }
 
-// ---- workers ----
+// ---- the wire: frames of the hand-off protocol ----
 
-namespace disaggregation_detail {
+namespace wire {
 
-using Clock = std::chrono::steady_clock;
+enum class FrameKind : std::uint8_t { handoff = 1, abort = 2, shutdown = 3, event = 4 };
 
-inline double seconds_since(Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
+class Writer {
+  public:
+    template <std::integral Integer>
+    void put(Integer value) {
+        using Unsigned = std::make_unsigned_t<Integer>;
+        auto const bits = static_cast<Unsigned>(value);
+        for (std::size_t i = 0; i < sizeof(Unsigned); ++i)
+            bytes_.push_back(static_cast<std::byte>(bits >> (8 * i) & 0xff));
+    }
+    void put(bool value) { put(static_cast<std::uint8_t>(value)); }
+    void put(float value) { put(std::bit_cast<std::uint32_t>(value)); }
+    void put(std::string_view text) {
+        put(static_cast<std::uint64_t>(text.size()));
+        for (char const c : text) bytes_.push_back(static_cast<std::byte>(c));
+    }
+    template <class T>
+    void put_all(std::vector<T> const& values) {
+        put(static_cast<std::uint64_t>(values.size()));
+        for (T const& v : values) put(v);
+    }
+    std::vector<std::byte>& bytes() { return bytes_; }
+
+  private:
+    std::vector<std::byte> bytes_;
+};
+
+// Reads what Writer wrote; a frame that ends early or claims more than it holds is a
+// KvTransferError, never a read past its end.
+class Reader {
+  public:
+    explicit Reader(std::span<std::byte const> bytes) : bytes_(bytes) {}
+
+    template <std::integral Integer>
+    Integer take() {
+        using Unsigned = std::make_unsigned_t<Integer>;
+        need(sizeof(Unsigned));
+        Unsigned bits = 0;
+        for (std::size_t i = 0; i < sizeof(Unsigned); ++i)
+            bits |= static_cast<Unsigned>(static_cast<Unsigned>(bytes_[at_++]) << (8 * i));
+        return static_cast<Integer>(bits);
+    }
+    bool take_bool() { return take<std::uint8_t>() != 0; }
+    float take_float() { return std::bit_cast<float>(take<std::uint32_t>()); }
+    std::string take_string() {
+        auto const size = count(1);
+        std::string text(size, '\0');
+        for (char& c : text) c = static_cast<char>(bytes_[at_++]);
+        return text;
+    }
+    template <std::integral Integer>
+    std::vector<Integer> take_all() {
+        std::vector<Integer> values(count(sizeof(Integer)));
+        for (Integer& v : values) v = take<Integer>();
+        return values;
+    }
+    std::vector<std::string> take_strings() {
+        std::vector<std::string> values(count(8));
+        for (std::string& v : values) v = take_string();
+        return values;
+    }
+    // A count of elements of at least `element_bytes` each, checked against what is left.
+    std::size_t count(std::size_t element_bytes) {
+        auto const n = take<std::uint64_t>();
+        if (n > (bytes_.size() - at_) / element_bytes)
+            throw KvTransferError("disaggregation frame: a count of " + std::to_string(n) +
+                                  " exceeds the frame");
+        return static_cast<std::size_t>(n);
+    }
+    bool done() const { return at_ == bytes_.size(); }
+
+  private:
+    void need(std::size_t n) const {
+        if (bytes_.size() - at_ < n)
+            throw KvTransferError("disaggregation frame: ends after " + std::to_string(at_) +
+                                  " bytes");
+    }
+    std::span<std::byte const> bytes_;
+    std::size_t at_ = 0;
+};
+
+// What the decode side needs of a request: the prompt (for the penalties and the context), the
+// stop rule, the sampling settings and the scheduling fields. Not the text forms of the prompt,
+// and not a grammar (see the top of this file).
+inline void put_request(Writer& out, GenerationRequest const& r) {
+    out.put_all(r.prompt_tokens);
+    out.put(r.max_tokens);
+    out.put(static_cast<std::uint64_t>(r.stop.size()));
+    for (std::string const& s : r.stop) out.put(std::string_view(s));
+    out.put_all(r.stop_token_ids);
+    out.put(r.ignore_eos);
+    kernels::SamplingParams const& p = r.sampling;
+    out.put(p.temperature);
+    out.put(p.top_k);
+    out.put(p.top_p);
+    out.put(p.min_p);
+    out.put(p.repetition_penalty);
+    out.put(p.presence_penalty);
+    out.put(p.frequency_penalty);
+    out.put(static_cast<std::uint64_t>(p.logit_bias.size()));
+    for (auto const& [token, bias] : p.logit_bias) {
+        out.put(token);
+        out.put(bias);
+    }
+    out.put(p.seed);
+    out.put(p.logprobs);
+    out.put(p.top_logprobs);
+    out.put(r.priority);
+    out.put(r.tenant);
+    out.put(r.draft_tokens);
 }
 
-template <class Model, class Cache, class Comm>
-constexpr void check_worker_types() {
-    static_assert(kv::KvStore<Cache>, "Cache must satisfy kv::KvStore");
-    static_assert(Model::config.layers == Cache::config.layers &&
-                      Model::config.kv_heads == Cache::config.kv_heads &&
-                      Model::config.head_dim == Cache::config.head_dim,
-                  "Cache must be a cache for Model's shape (layers, kv_heads, head_dim)");
+inline GenerationRequest take_request(Reader& in) {
+    GenerationRequest r;
+    r.prompt_tokens = in.take_all<std::int32_t>();
+    r.max_tokens = in.take<int>();
+    r.stop = in.take_strings();
+    r.stop_token_ids = in.take_all<std::int32_t>();
+    r.ignore_eos = in.take_bool();
+    kernels::SamplingParams& p = r.sampling;
+    p.temperature = in.take_float();
+    p.top_k = in.take<int>();
+    p.top_p = in.take_float();
+    p.min_p = in.take_float();
+    p.repetition_penalty = in.take_float();
+    p.presence_penalty = in.take_float();
+    p.frequency_penalty = in.take_float();
+    p.logit_bias.resize(in.count(8));
+    for (auto& [token, bias] : p.logit_bias) {
+        token = in.take<std::int32_t>();
+        bias = in.take_float();
+    }
+    p.seed = in.take<std::uint64_t>();
+    p.logprobs = in.take_bool();
+    p.top_logprobs = in.take<int>();
+    r.priority = in.take<int>();
+    r.tenant = in.take<std::uint32_t>();
+    r.draft_tokens = in.take<int>();
+    return r;
+}
+
+inline void put_event(Writer& out, TokenEvent const& e) {
+    out.put(static_cast<std::uint64_t>(e.id));
+    out.put(e.token);
+    out.put(std::string_view(e.text));
+    out.put(e.logprob.has_value());
+    out.put(e.logprob.value_or(0.0f));
+    out.put(static_cast<std::uint64_t>(e.top_logprobs.size()));
+    for (kernels::TokenLogprob const& t : e.top_logprobs) {
+        out.put(t.token);
+        out.put(t.logprob);
+    }
+    out.put(e.finish.has_value());
+    out.put(static_cast<std::uint8_t>(e.finish.value_or(FinishReason::aborted)));
+    out.put(std::string_view(e.error));
+    out.put(static_cast<std::int64_t>(e.speculation.rounds));
+    out.put(static_cast<std::int64_t>(e.speculation.drafted));
+    out.put(static_cast<std::int64_t>(e.speculation.accepted));
+    out.put(static_cast<std::int64_t>(e.speculation.tokens_generated));
+}
+
+inline TokenEvent take_event(Reader& in) {
+    TokenEvent e;
+    e.id = sched::RequestId{in.take<std::uint64_t>()};
+    e.token = in.take<std::int32_t>();
+    e.text = in.take_string();
+    bool const has_logprob = in.take_bool();
+    float const logprob = in.take_float();
+    if (has_logprob) e.logprob = logprob;
+    e.top_logprobs.resize(in.count(8));
+    for (kernels::TokenLogprob& t : e.top_logprobs) {
+        t.token = in.take<std::int32_t>();
+        t.logprob = in.take_float();
+    }
+    bool const has_finish = in.take_bool();
+    auto const finish = in.take<std::uint8_t>();
+    if (finish > static_cast<std::uint8_t>(FinishReason::aborted))
+        throw KvTransferError("disaggregation frame: finish reason " + std::to_string(finish));
+    if (has_finish) e.finish = static_cast<FinishReason>(finish);
+    e.error = in.take_string();
+    e.speculation.rounds = static_cast<long>(in.take<std::int64_t>());
+    e.speculation.drafted = static_cast<long>(in.take<std::int64_t>());
+    e.speculation.accepted = static_cast<long>(in.take<std::int64_t>());
+    e.speculation.tokens_generated = static_cast<long>(in.take<std::int64_t>());
+    return e;
+}
+
+// The most bytes a frame may claim (a prompt of the longest context, stop strings, bias):
+// a larger length is a broken peer, refused before anything is allocated.
+inline constexpr std::uint64_t max_frame_bytes = std::uint64_t{64} << 20;
+
+template <Communicator C>
+void send_frame(C& comm, std::span<std::byte const> frame, int to, int tag) {
+    Writer length;
+    length.put(static_cast<std::uint64_t>(frame.size()));
+    comm.send(length.bytes(), to, tag);
+    comm.send(frame, to, tag);
+}
+
+template <Communicator C>
+std::vector<std::byte> recv_frame(C& comm, int from, int tag) {
+    std::array<std::byte, 8> length_bytes;
+    comm.recv(length_bytes, from, tag);
+    Reader length(length_bytes);
+    auto const size = length.take<std::uint64_t>();
+    if (size > max_frame_bytes)
+        throw KvTransferError("disaggregation frame of " + std::to_string(size) +
+                              " bytes: more than the " + std::to_string(max_frame_bytes) +
+                              " any frame holds");
+    std::vector<std::byte> frame(static_cast<std::size_t>(size));
+    comm.recv(frame, from, tag);
+    return frame;
+}
+
+}  // namespace wire
+
+// A communicator a serving loop can poll: has_message(from, tag) says, without blocking,
+// whether a receive from `from` on `tag` would find a message (MpiCommunicator: MPI_Iprobe).
+template <class C>
+concept PollingCommunicator = Communicator<C> && requires(C& comm, int peer, int tag) {
+    { comm.has_message(peer, tag) } -> std::convertible_to<bool>;
+};
+
+struct RoleOptions {
+    int peer = 1;                       // the other role's rank
+    int tag = default_kv_transfer_tag;  // and tag + 1 for the way back
+};
+
+// Sends one hand-off: its frame (the request), then the KV header and blocks. PrefillRole's
+// way to ship, public so a test can put a malformed hand-off on the wire.
+template <Communicator C>
+void send_handoff(C& comm, std::uint64_t id, GenerationRequest const& request,
+                  KvTransferHeader const& header, std::span<std::byte const> blocks, int to,
+                  int tag) {
+    wire::Writer frame;
+    frame.put(static_cast<std::uint8_t>(wire::FrameKind::handoff));
+    frame.put(id);
+    wire::put_request(frame, request);
+    wire::send_frame(comm, frame.bytes(), to, tag);
+    send_kv(comm, header, blocks, to, tag);
+}
+
+// What a prefill role has shipped.
+struct HandoffStats {
+    int handoffs = 0;
+    std::int64_t tokens = 0;      // prompt positions shipped
+    std::size_t kv_bytes = 0;     // KV headers + blocks
+    double transfer_seconds = 0;  // inside the sends
+};
+
+// The prefill role: `engine` hands every request off after its first token to the decode rank
+// and its callbacks hear the rest of each request from there. Drive it with step(),
+// run_until_idle() or serve(stop) instead of the engine's own loop, on the thread that would
+// call engine.step(); submit() and abort() go to the engine as always.
+//
+// The events coming back are received on a thread of their own, so a request's tokens reach
+// its callback as the decode rank produces them: delivered between this engine's steps, every
+// decoded token would wait out a long prompt's prefill step here, which is the very stall
+// disaggregation removes. So callbacks of handed-off requests run on that thread (one at a
+// time, and after the first token's callback, which ran on the engine thread before the
+// hand-off), and the communicator is used from two threads at once: MPI needs
+// MPI_THREAD_MULTIPLE.
+template <class Engine, PollingCommunicator Comm>
+class PrefillRole {
+    using Cache = typename Engine::Cache;
     static_assert(std::same_as<typename Comm::Backend, Host>,
                   "PagedKvCache exports its blocks into host memory: the Communicator's Backend "
                   "must be Host");
-}
-
-}  // namespace disaggregation_detail
-
-struct PrefillOptions {
-    int decode_rank = 1;
-    int tag = default_kv_transfer_tag;
-    int chunk_tokens = 512;  // most prompt tokens in one forward call (workspace rows)
-    int threads = 1;
-    int first_kv_head = 0;       // of this rank's cache, under tensor parallelism
-    bool reuse_prefixes = true;  // skip prompt blocks the prefix cache already holds
-};
-
-// What one prefill did and shipped.
-struct PrefillReport {
-    std::uint64_t request_id = 0;
-    std::int32_t first_token = -1;
-    int tokens = 0;                 // prompt positions shipped
-    int cached_tokens = 0;          // of which the prefix cache supplied (not recomputed)
-    std::size_t bytes_shipped = 0;  // header + payload
-    double prefill_seconds = 0;     // admission to first token
-    double transfer_seconds = 0;    // export and send
-};
-
-// Prefills one request at a time over its own paged cache and hands the result to one decode
-// rank. The cache holds a request only while it is being prefilled (and, with reuse_prefixes,
-// full prompt blocks for later prompts that share them).
-template <class Model, class Cache, Communicator Comm>
-class PrefillWorker {
-    static constexpr ModelConfig Cfg = Model::config;
 
   public:
-    PrefillWorker(Model const& model, Cache& cache, Comm& comm, PrefillOptions options)
-        : model_(&model),
-          cache_(&cache),
-          comm_(&comm),
-          options_(options),
-          workspace_(options.chunk_tokens, options.threads),
-          sampling_workspace_(Cfg.vocab),
-          logits_(static_cast<std::size_t>(Cfg.vocab)) {
-        disaggregation_detail::check_worker_types<Model, Cache, Comm>();
+    PrefillRole(Engine& engine, Comm& comm, RoleOptions options)
+        : engine_(&engine), comm_(&comm), options_(options) {
+        engine.hand_off_after_first_token(
+            {.hand_off = [this](PrefilledRequest&& p) { ship(std::move(p)); },
+             .eligible = [](GenerationRequest const& r) { return r.grammar == nullptr; },
+             .abort_elsewhere = [this](sched::RequestId id) { abort_remote(id); }});
+        receiver_ = std::thread([this] { receive_events(); });
+    }
+    PrefillRole(PrefillRole const&) = delete;
+    PrefillRole& operator=(PrefillRole const&) = delete;
+    ~PrefillRole() {
+        try {
+            shutdown();
+        } catch (...) {  // a destructor must not throw; shutdown() reports when called itself
+        }
+        if (receiver_.joinable()) receiver_.join();
     }
 
-    // Prefills request `id`, samples its first token, and sends header and blocks to the
-    // decode rank (blocking until the communicator may reuse the buffer).
-    PrefillReport serve(std::uint64_t id, GenerationRequest const& request) {
-        using namespace disaggregation_detail;
-        validate_routed(id, request, worker_limits<Cfg, Cache>(0));
-        auto const start = Clock::now();
-        std::vector<std::int32_t> const& prompt = request.prompt_tokens;
-        int const prompt_tokens = static_cast<int>(prompt.size());
-        kv::Admission const admission = options_.reuse_prefixes
-                                            ? cache_->admit(prompt, prompt_tokens)
-                                            : kv::Admission{cache_->admit(prompt_tokens), 0};
-        SequenceGuard const sequence{*cache_, admission.seq};
+    // One engine step. Returns whether work remains here or at the decode rank.
+    bool step() {
+        bool const busy = engine_->step();
+        return busy || in_flight() > 0;
+    }
 
-        for (int first = admission.cached_tokens; first < prompt_tokens;
-             first += options_.chunk_tokens) {
-            int const count = std::min(options_.chunk_tokens, prompt_tokens - first);
-            if (!cache_->reserve(sequence.seq, first + count)) {
-                // Only this sequence is live and admit() checked the pool holds the prompt.
-                throw Error("PrefillWorker: the KV cache could not supply blocks for request " +
-                            std::to_string(id) + "'s positions up to " +
-                            std::to_string(first + count));
+    // Until every request submitted so far has finished, here or at the decode rank, or
+    // `limit` has passed (then false: a request whose end never came back).
+    bool run_until_idle(std::chrono::steady_clock::duration limit = std::chrono::hours(24 * 365)) {
+        using namespace std::chrono_literals;
+        auto const deadline = std::chrono::steady_clock::now() + limit;
+        while (std::chrono::steady_clock::now() < deadline) {
+            if (engine_->step()) continue;
+            std::unique_lock lock(mutex_);
+            if (changed_.wait_for(lock, 5ms, [&] { return in_flight_.empty() || failed_; })) {
+                rethrow_receiver_failure();
+                return true;
             }
-            SequenceChunk const chunk{
-                .slot = sequence.seq,
-                .first_position = first,
-                .tokens = std::span(prompt).subspan(static_cast<std::size_t>(first),
-                                                    static_cast<std::size_t>(count))};
-            model_->forward(std::span(&chunk, 1), *cache_, workspace_, logits_);
         }
-        if (options_.reuse_prefixes) cache_->cache_prefix(sequence.seq, prompt);
-
-        kernels::TokenHistory const history{prompt, {}};
-        std::int32_t const first_token = kernels::sample_token(logits_, request.sampling, history,
-                                                               id, /*step=*/0, sampling_workspace_)
-                                             .token;
-        double const prefill_seconds = seconds_since(start);
-
-        auto const transfer_start = Clock::now();
-        payload_.clear();
-        int const tokens = cache_->export_blocks(sequence.seq, payload_);
-        if (tokens != prompt_tokens) {
-            throw Error("PrefillWorker: request " + std::to_string(id) + " has " +
-                        std::to_string(tokens) + " positions in every layer after prefilling " +
-                        std::to_string(prompt_tokens));
-        }
-        KvTransferHeader const header =
-            KvBlockLayout<Cache>::header(id, tokens, first_token, options_.first_kv_head);
-        send_kv(*comm_, header, payload_, options_.decode_rank, options_.tag);
-        return {.request_id = id,
-                .first_token = first_token,
-                .tokens = tokens,
-                .cached_tokens = admission.cached_tokens,
-                .bytes_shipped = kv_transfer_header_bytes + payload_.size(),
-                .prefill_seconds = prefill_seconds,
-                .transfer_seconds = seconds_since(transfer_start)};
+        return false;
     }
+
+    // A server's loop: until `stop()`, sleeping while this engine has no work (the decode
+    // rank's tokens arrive on the receiving thread meanwhile); then shuts the decode rank down.
+    template <class StopRequested>
+    void serve(StopRequested stop) {
+        using namespace std::chrono_literals;
+        while (!stop()) {
+            if (engine_->step()) continue;
+            engine_->wait_for_arrivals(50ms);
+            std::lock_guard lock(mutex_);
+            rethrow_receiver_failure();
+        }
+        shutdown();
+    }
+
+    // Tells the decode rank to abort what it holds and stop, and waits for it to say it has;
+    // events still coming back are dropped (their requests' server is going away). Idempotent.
+    void shutdown() {
+        {
+            std::lock_guard lock(mutex_);
+            if (shut_down_) return;
+            shut_down_ = true;
+        }
+        wire::Writer frame;
+        frame.put(static_cast<std::uint8_t>(wire::FrameKind::shutdown));
+        wire::send_frame(*comm_, frame.bytes(), options_.peer, options_.tag);
+        if (receiver_.joinable()) receiver_.join();  // it ends at the acknowledgement
+        std::lock_guard lock(mutex_);
+        in_flight_.clear();
+        rethrow_receiver_failure();
+    }
+
+    HandoffStats const& stats() const { return stats_; }
+    // Requests handed off whose last event has not come back yet.
+    std::size_t in_flight() const {
+        std::lock_guard lock(mutex_);
+        return in_flight_.size();
+    }
+    // Events for no request handed off from here (a hand-off the decode rank refused that
+    // this side did not send through the engine, e.g. a test's malformed one). Read it once
+    // the role is idle or shut down.
+    std::vector<TokenEvent> const& unrouted_events() const { return unrouted_; }
 
   private:
-    // The sequence goes back to the pool however serve() leaves.
-    struct SequenceGuard {
-        Cache& cache;
-        int seq;
-        SequenceGuard(Cache& c, int s) : cache(c), seq(s) {}
-        SequenceGuard(SequenceGuard const&) = delete;
-        SequenceGuard& operator=(SequenceGuard const&) = delete;
-        ~SequenceGuard() { cache.release(seq); }
-    };
+    void ship(PrefilledRequest&& p) {
+        auto const start = std::chrono::steady_clock::now();
+        auto const id = static_cast<std::uint64_t>(p.id);
+        KvTransferHeader const header = KvBlockLayout<Cache>::header(id, p.tokens, p.first_token);
+        {
+            // In the table before the decode rank can answer.
+            std::lock_guard lock(mutex_);
+            in_flight_.emplace(p.id, std::move(p.callback));
+        }
+        send_handoff(*comm_, id, p.request, header, p.blocks, options_.peer, options_.tag);
+        stats_.handoffs += 1;
+        stats_.tokens += p.tokens;
+        stats_.kv_bytes += kv_transfer_header_bytes + p.blocks.size();
+        stats_.transfer_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
 
-    Model const* model_;
-    Cache* cache_;
+    void abort_remote(sched::RequestId id) {
+        {
+            std::lock_guard lock(mutex_);
+            if (!in_flight_.contains(id) || shut_down_) return;
+        }
+        wire::Writer frame;
+        frame.put(static_cast<std::uint8_t>(wire::FrameKind::abort));
+        frame.put(static_cast<std::uint64_t>(id));
+        wire::send_frame(*comm_, frame.bytes(), options_.peer, options_.tag);
+    }
+
+    // The receiving thread: every frame from the decode rank until its shutdown
+    // acknowledgement. Polls (with short sleeps) rather than blocking in a receive, which under
+    // Open MPI would spin a core the prefill needs.
+    void receive_events() {
+        using namespace std::chrono_literals;
+        try {
+            for (;;) {
+                if (!comm_->has_message(options_.peer, options_.tag + 1)) {
+                    std::this_thread::sleep_for(100us);
+                    continue;
+                }
+                auto const bytes = wire::recv_frame(*comm_, options_.peer, options_.tag + 1);
+                wire::Reader in(bytes);
+                auto const kind = in.take<std::uint8_t>();
+                if (kind == static_cast<std::uint8_t>(wire::FrameKind::shutdown)) return;
+                if (kind != static_cast<std::uint8_t>(wire::FrameKind::event))
+                    throw KvTransferError("PrefillRole: frame of kind " + std::to_string(kind) +
+                                          " from the decode rank");
+                deliver(wire::take_event(in));
+            }
+        } catch (std::exception const& e) {
+            std::lock_guard lock(mutex_);
+            failed_ = true;
+            failure_ = e.what();
+            changed_.notify_all();
+        }
+    }
+
+    void deliver(TokenEvent const& event) {
+        TokenCallback* callback = nullptr;
+        {
+            std::lock_guard lock(mutex_);
+            if (shut_down_) return;
+            auto const found = in_flight_.find(event.id);
+            if (found == in_flight_.end()) {
+                unrouted_.push_back(event);
+                return;
+            }
+            callback = &found->second;  // a map node: stays put while others come and go
+        }
+        if (*callback) (*callback)(event);
+        if (!event.finish) return;
+        std::lock_guard lock(mutex_);
+        in_flight_.erase(event.id);
+        changed_.notify_all();
+    }
+
+    void rethrow_receiver_failure() const {  // with mutex_ held
+        if (failed_)
+            throw KvTransferError("PrefillRole: receiving from the decode rank: " + failure_);
+    }
+
+    Engine* engine_;
     Comm* comm_;
-    PrefillOptions options_;
-    typename Model::Workspace workspace_;
-    kernels::SamplingWorkspace sampling_workspace_;
-    std::vector<float> logits_;       // [vocab]: the prompt's last position
-    std::vector<std::byte> payload_;  // reused: one request's blocks
+    RoleOptions options_;
+    mutable std::mutex mutex_;  // guards what the two threads share: the table, the flags
+    std::condition_variable changed_;
+    std::map<sched::RequestId, TokenCallback> in_flight_;
+    std::vector<TokenEvent> unrouted_;
+    HandoffStats stats_;  // the engine thread's
+    bool shut_down_ = false;
+    bool failed_ = false;
+    std::string failure_;
+    std::thread receiver_;  // last: started once everything it uses exists
 };
 
-struct DecodeOptions {
-    int prefill_rank = 0;
-    int tag = default_kv_transfer_tag;
-    int max_batch = 8;  // most requests in one decode step (workspace rows)
-    int threads = 1;
-    int first_kv_head = 0;  // of this rank's cache, under tensor parallelism
-    // The model's end-of-generation tokens (Tokenizer::end_of_generation), which finish a
-    // request as EOS does unless it sets ignore_eos; empty: only stop_token_ids and length.
-    std::vector<std::int32_t> end_of_generation;
-};
-
-// Decode-loop counters.
-struct DecodeStats {
-    int steps = 0;                  // forward calls
-    std::int64_t decoded_rows = 0;  // tokens fed, all requests together
-    int peak_batch = 0;             // most requests in one step
-    int delayed_admissions = 0;     // transfers that had to wait for room in cache or batch
-    double forward_seconds = 0;     // inside forward calls and sampling
-};
-
-// Receives hand-offs from one prefill rank and decodes every request it holds in one batched
-// forward step at a time; returns tinfer::Completion (tokens generated, the prefill worker's
-// first token first; `handoff` says what crossed the wire; no text: no tokenizer here). A request
-// is admitted with blocks for its whole length (kv_positions_of), so the decode loop never runs out
-// of KV mid-request; a transfer that arrives while the cache is full waits in host memory, in
-// arrival order.
-template <class Model, class Cache, Communicator Comm>
-class DecodeWorker {
-    static constexpr ModelConfig Cfg = Model::config;
-    using Clock = disaggregation_detail::Clock;
+// The decode role: `engine` adopts every hand-off from the prefill rank and sends each token
+// event back. serve() runs until the prefill rank shuts it down.
+template <class Engine, PollingCommunicator Comm>
+class DecodeRole {
+    using Cache = typename Engine::Cache;
+    static_assert(std::same_as<typename Comm::Backend, Host>,
+                  "PagedKvCache imports its blocks from host memory: the Communicator's Backend "
+                  "must be Host");
 
   public:
-    DecodeWorker(Model const& model, Cache& cache, Comm& comm, DecodeOptions options)
-        : model_(&model),
-          cache_(&cache),
-          comm_(&comm),
-          options_(options),
-          workspace_(options.max_batch, options.threads),
-          sampling_workspace_(Cfg.vocab),
-          logits_(static_cast<std::size_t>(options.max_batch) * Cfg.vocab) {
-        disaggregation_detail::check_worker_types<Model, Cache, Comm>();
-        chunks_.reserve(static_cast<std::size_t>(options.max_batch));
+    DecodeRole(Engine& engine, Comm& comm, RoleOptions options)
+        : engine_(&engine), comm_(&comm), options_(options) {}
+    DecodeRole(DecodeRole const&) = delete;
+    DecodeRole& operator=(DecodeRole const&) = delete;
+
+    // Takes hand-offs as they arrive and steps the engine between them, until the prefill
+    // rank's shutdown; then aborts what is left, and acknowledges.
+    void serve() {
+        using namespace std::chrono_literals;
+        bool open = true;
+        for (;;) {
+            while (open && comm_->has_message(options_.peer, options_.tag)) open = receive();
+            if (!open)
+                for (auto const& [remote, local] : local_of_) engine_->abort(local);
+            if (engine_->step()) continue;
+            if (!open) break;
+            if (!comm_->has_message(options_.peer, options_.tag))
+                engine_->wait_for_arrivals(local_of_.empty() ? 1ms : 0ms);
+        }
+        wire::Writer ack;
+        ack.put(static_cast<std::uint8_t>(wire::FrameKind::shutdown));
+        wire::send_frame(*comm_, ack.bytes(), options_.peer, options_.tag + 1);
     }
 
-    // The router announces request `id`, whose KV the prefill rank will send. A request the
-    // decode cache can never hold is refused now rather than after its KV has crossed the
-    // network.
-    void expect(std::uint64_t id, GenerationRequest request) {
-        validate_routed(id, request, worker_limits<Cfg, Cache>(cache_->total_blocks()));
-        if (expected_.contains(id) || is_held(id)) {
-            throw RequestError("request id " + std::to_string(id) + " is already in flight");
+    // Receives one frame (blocking) and acts on it; false for the shutdown. A hand-off whose KV
+    // does not fit this cache's layout or this engine's limits is refused after its payload
+    // has been drained (so the channel stays in step): its request gets a final event with the
+    // error, and the message is kept in refusals().
+    bool receive() {
+        auto const bytes = wire::recv_frame(*comm_, options_.peer, options_.tag);
+        wire::Reader in(bytes);
+        auto const kind = in.take<std::uint8_t>();
+        if (kind == static_cast<std::uint8_t>(wire::FrameKind::shutdown)) return false;
+        if (kind == static_cast<std::uint8_t>(wire::FrameKind::abort)) {
+            auto const found = local_of_.find(in.take<std::uint64_t>());
+            if (found != local_of_.end()) engine_->abort(found->second);
+            return true;
         }
-        expected_.emplace(id, Routed{id, std::move(request)});
+        if (kind != static_cast<std::uint8_t>(wire::FrameKind::handoff))
+            throw KvTransferError("DecodeRole: frame of unknown kind " + std::to_string(kind));
+        auto const id = in.take<std::uint64_t>();
+        GenerationRequest request = wire::take_request(in);
+        KvTransferHeader const header = recv_kv_header(*comm_, options_.peer, options_.tag);
+        std::vector<std::byte> blocks(header.payload_bytes());
+        recv_kv_payload(*comm_, header, blocks, options_.peer, options_.tag);
+        try {
+            require_matching_layout<Cache>(header);
+            if (header.request_id != id)
+                throw KvTransferError("KV transfer of request " +
+                                      std::to_string(header.request_id) +
+                                      " follows the hand-off of request " + std::to_string(id));
+            sched::RequestId const local =
+                engine_->adopt({.id = sched::RequestId{id},
+                                .request = std::move(request),
+                                .first_token = header.first_token,
+                                .tokens = static_cast<int>(header.tokens),
+                                .blocks = std::move(blocks)},
+                               [this, id](TokenEvent const& e) { send_back(id, e); });
+            local_of_.emplace(id, local);
+            ++adopted_;
+        } catch (Error const& e) {
+            refusals_.emplace_back(e.what());
+            send_back(id, {.finish = FinishReason::aborted, .error = e.what()});
+        }
+        return true;
     }
 
-    // Receives the next hand-off from the prefill rank (blocking) and admits it, or keeps it
-    // until the cache has room. A transfer that does not fit this cache's layout, or belongs to
-    // no expected request, is refused (KvLayoutMismatch, KvTransferError) after its payload has
-    // been drained, so the channel stays in step for the transfers behind it.
-    void receive() {
-        KvTransferHeader const header = recv_kv_header(*comm_, options_.prefill_rank, options_.tag);
-        auto const arrived = Clock::now();
-        std::vector<std::byte> payload(header.payload_bytes());
-        recv_kv_payload(*comm_, header, payload, options_.prefill_rank, options_.tag);
-        double const transfer_seconds = disaggregation_detail::seconds_since(arrived);
-
-        require_matching_layout<Cache>(header, options_.first_kv_head);
-        auto const found = expected_.find(header.request_id);
-        if (found == expected_.end()) {
-            throw KvTransferError("KV transfer for request " + std::to_string(header.request_id) +
-                                  ", which this decode worker was not told to expect");
-        }
-        Routed& routed = found->second;
-        if (header.tokens != routed.request.prompt_tokens.size()) {
-            throw KvTransferError("KV transfer of request " + std::to_string(header.request_id) +
-                                  " holds " + std::to_string(header.tokens) +
-                                  " positions; its prompt has " +
-                                  std::to_string(routed.request.prompt_tokens.size()) + " tokens");
-        }
-        if (header.first_token < 0 || header.first_token >= Cfg.vocab) {
-            throw KvTransferError("KV transfer of request " + std::to_string(header.request_id) +
-                                  ": first token " + std::to_string(header.first_token) +
-                                  " is outside the vocabulary of " + std::to_string(Cfg.vocab));
-        }
-
-        Held held{.id = routed.id,
-                  .request = std::move(routed.request),
-                  .output = {header.first_token},
-                  .payload = std::move(payload),
-                  .transferred_tokens = static_cast<int>(header.tokens),
-                  .bytes_received = kv_transfer_header_bytes + header.payload_bytes(),
-                  .transfer_seconds = transfer_seconds,
-                  .received_at = Clock::now()};
-        expected_.erase(found);
-        if (auto const reason = finish_reason_after(held)) {
-            finished_.push_back(complete(std::move(held), *reason));  // done at its first token
-            return;
-        }
-        if (!waiting_.empty() || !can_admit(held)) stats_.delayed_admissions += 1;
-        waiting_.push_back(std::move(held));
-        admit_waiting();
-    }
-
-    // One decode step: every running request feeds its newest token and samples the next.
-    // Returns the requests that finished since the last call (including those finished at
-    // their first token).
-    std::vector<Completion> step() {
-        admit_waiting();
-        if (!running_.empty()) decode_running();
-        return std::exchange(finished_, {});
-    }
-
-    // Receives and decodes until every expected request has finished. Receiving blocks, so a
-    // new transfer is taken only while the batch has room for it.
-    std::vector<Completion> run_until_idle() {
-        std::vector<Completion> done;
-        while (!expected_.empty() || !waiting_.empty() || !running_.empty() || !finished_.empty()) {
-            while (!expected_.empty() && batch_has_room()) receive();
-            if (running_.empty() && !waiting_.empty() && !can_admit(waiting_.front())) {
-                throw Error("DecodeWorker: request " + std::to_string(waiting_.front().id) +
-                            " cannot be admitted into an idle cache");
-            }
-            auto finished = step();
-            std::ranges::move(finished, std::back_inserter(done));
-        }
-        return done;
-    }
-
-    // The cache sequence holding a running request's KV (to inspect it), or nothing when the
-    // request is not running.
-    std::optional<int> sequence_of(std::uint64_t request_id) const {
-        auto const it = std::ranges::find(running_, request_id, [](Held const& h) { return h.id; });
-        return it == running_.end() ? std::nullopt : std::optional<int>(it->seq);
-    }
-
-    int running() const { return static_cast<int>(running_.size()); }
-    int waiting() const { return static_cast<int>(waiting_.size()); }
-    int expected() const { return static_cast<int>(expected_.size()); }
-    DecodeStats const& stats() const { return stats_; }
+    std::vector<std::string> const& refusals() const { return refusals_; }
+    int adopted() const { return adopted_; }
 
   private:
-    struct Routed {
-        std::uint64_t id;
-        GenerationRequest request;
-    };
-
-    // A request from its hand-off to its completion.
-    struct Held {
-        std::uint64_t id = 0;
-        GenerationRequest request;
-        std::vector<std::int32_t> output;
-        std::vector<std::byte> payload;  // until admitted
-        int transferred_tokens = 0;
-        std::size_t bytes_received = 0;
-        double transfer_seconds = 0;
-        Clock::time_point received_at;
-        int seq = -1;  // once admitted
-    };
-
-    bool batch_has_room() const {
-        return running_.size() + waiting_.size() < static_cast<std::size_t>(options_.max_batch);
+    void send_back(std::uint64_t remote_id, TokenEvent event) {
+        event.id = sched::RequestId{remote_id};
+        wire::Writer frame;
+        frame.put(static_cast<std::uint8_t>(wire::FrameKind::event));
+        wire::put_event(frame, event);
+        wire::send_frame(*comm_, frame.bytes(), options_.peer, options_.tag + 1);
+        if (event.finish) local_of_.erase(remote_id);
     }
 
-    bool can_admit(Held const& held) const {
-        return running_.size() < static_cast<std::size_t>(options_.max_batch) &&
-               Cache::blocks_for(kv_positions_of(held.request)) <= cache_->available_blocks();
-    }
-
-    // First come, first admitted: a large request at the head is not overtaken.
-    void admit_waiting() {
-        while (!waiting_.empty() && can_admit(waiting_.front())) {
-            Held held = std::move(waiting_.front());
-            waiting_.pop_front();
-            int const positions = kv_positions_of(held.request);
-            auto const seq =
-                cache_->import_blocks(held.payload, held.transferred_tokens, positions);
-            if (!seq || !cache_->reserve(*seq, positions)) {
-                if (seq) cache_->release(*seq);
-                throw std::logic_error("DecodeWorker: the cache refused request " +
-                                       std::to_string(held.id) + " after reporting room for it");
-            }
-            held.seq = *seq;
-            held.payload = {};
-            running_.push_back(std::move(held));
-        }
-    }
-
-    void decode_running() {
-        auto const start = Clock::now();
-        chunks_.clear();
-        for (Held const& r : running_) {
-            int const position =
-                static_cast<int>(r.request.prompt_tokens.size() + r.output.size()) - 1;
-            chunks_.push_back({.slot = r.seq,
-                               .first_position = position,
-                               .tokens = std::span(&r.output.back(), 1)});
-        }
-        std::span<float> const logits(logits_.data(), running_.size() * Cfg.vocab);
-        model_->forward(std::span<SequenceChunk const>(chunks_), *cache_, workspace_, logits);
-        for (std::size_t i = 0; i < running_.size(); ++i) {
-            Held& r = running_[i];
-            kernels::TokenHistory const history{r.request.prompt_tokens, r.output};
-            auto const step = static_cast<std::uint32_t>(r.output.size());
-            r.output.push_back(kernels::sample_token(logits.subspan(i * Cfg.vocab, Cfg.vocab),
-                                                     r.request.sampling, history, r.id, step,
-                                                     sampling_workspace_)
-                                   .token);
-        }
-        stats_.steps += 1;
-        stats_.decoded_rows += static_cast<std::int64_t>(running_.size());
-        stats_.peak_batch = std::max(stats_.peak_batch, static_cast<int>(running_.size()));
-        stats_.forward_seconds += disaggregation_detail::seconds_since(start);
-
-        // Finished requests leave the batch and give their blocks back.
-        std::size_t kept = 0;
-        for (Held& r : running_) {
-            if (auto const reason = finish_reason_after(r)) {
-                cache_->release(r.seq);
-                finished_.push_back(complete(std::move(r), *reason));
-            } else {
-                if (&running_[kept] != &r) running_[kept] = std::move(r);
-                ++kept;
-            }
-        }
-        running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(kept), running_.end());
-    }
-
-    // The engine's token-level stop rule on the newest token.
-    std::optional<FinishReason> finish_reason_after(Held const& held) const {
-        return token_finish_reason(stop_conditions_of(held.request), held.output.back(),
-                                   options_.end_of_generation,
-                                   static_cast<int>(held.output.size()));
-    }
-
-    static Completion complete(Held&& held, FinishReason reason) {
-        return {
-            .id = sched::RequestId{held.id},
-            .prompt_tokens = std::move(held.request.prompt_tokens),
-            .tokens = std::move(held.output),
-            .finish = reason,
-            .handoff = {.transferred_tokens = held.transferred_tokens,
-                        .bytes_received = held.bytes_received,
-                        .transfer_seconds = held.transfer_seconds,
-                        .decode_seconds = disaggregation_detail::seconds_since(held.received_at)}};
-    }
-
-    bool is_held(std::uint64_t id) const {
-        auto const has_id = [&](Held const& h) { return h.id == id; };
-        return std::ranges::any_of(waiting_, has_id) || std::ranges::any_of(running_, has_id);
-    }
-
-    Model const* model_;
-    Cache* cache_;
+    Engine* engine_;
     Comm* comm_;
-    DecodeOptions options_;
-    typename Model::Workspace workspace_;
-    kernels::SamplingWorkspace sampling_workspace_;
-    std::vector<float> logits_;  // [max_batch][vocab]
-    std::vector<SequenceChunk> chunks_;
-    std::map<std::uint64_t, Routed> expected_;  // announced, KV not yet arrived
-    std::deque<Held> waiting_;                  // KV arrived, no room yet
-    std::vector<Held> running_;                 // in the cache, decoding
-    std::vector<Completion> finished_;          // not yet returned by step()
-    DecodeStats stats_;
+    RoleOptions options_;
+    std::map<std::uint64_t, sched::RequestId> local_of_;  // the prefill rank's id -> this engine's
+    std::vector<std::string> refusals_;
+    int adopted_ = 0;
 };
 
 }  // namespace tinfer::distributed

@@ -12,8 +12,8 @@
 
 #include <mpi.h>
 
-#include <tinfer/core/error.hpp>
 #include <tinfer/core/communicator.hpp>
+#include <tinfer/core/error.hpp>
 
 namespace tinfer::distributed {
 
@@ -46,6 +46,21 @@ class MpiEnvironment {
             mpi_detail::check(MPI_Init(argc, argv), "MPI_Init");
             owns_ = true;
         }
+    }
+    // With a thread level (MPI_THREAD_MULTIPLE, say): for a program whose MPI calls are made
+    // by other threads than the one starting MPI, or by several at once (the disaggregated
+    // prefill role). Refused with tinfer::Error when the MPI library provides less.
+    MpiEnvironment(int* argc, char*** argv, int required_thread_level) {
+        int initialized = 0;
+        MPI_Initialized(&initialized);
+        if (initialized) return;
+        int provided = 0;
+        mpi_detail::check(MPI_Init_thread(argc, argv, required_thread_level, &provided),
+                          "MPI_Init_thread");
+        owns_ = true;
+        if (provided < required_thread_level)
+            throw Error("MPI provides thread level " + std::to_string(provided) + ", " +
+                        std::to_string(required_thread_level) + " is needed");
     }
     MpiEnvironment() : MpiEnvironment(nullptr, nullptr) {}
     MpiEnvironment(MpiEnvironment const&) = delete;
@@ -154,6 +169,15 @@ class MpiCommunicator {
     }
 
     void barrier() { mpi_detail::check(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+    // Whether a message from `from` on `tag` waits to be received (never blocks): a serving loop
+    // that also steps an engine polls with it (distributed/disaggregation.hpp).
+    bool has_message(int from, int tag) {
+        int flag = 0;
+        MPI_Status status;
+        mpi_detail::check(MPI_Iprobe(from, tag, comm_, &flag, &status), "MPI_Iprobe");
+        return flag != 0;
+    }
 
   private:
     int chunk_count(std::size_t remaining_elements, std::size_t element_bytes) const {

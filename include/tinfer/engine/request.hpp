@@ -1,8 +1,8 @@
 #pragma once
 // The request model of the whole library: what a caller asks for (GenerationRequest), what it
 // hears back per token (TokenEvent) and at the end (Completion), and the one set of limits every
-// entry point checks a request against (RequestLimits): the engine, the disaggregated prefill
-// and decode workers, and through them the server and the CLIs.
+// entry point checks a request against (RequestLimits): the engine's submit() and adopt() (the
+// decode role of prefill/decode disaggregation), and through them the server and the CLIs.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -86,25 +86,16 @@ struct TokenEvent {
 
 using TokenCallback = std::function<void(TokenEvent const&)>;
 
-// How a request's KV crossed from a prefill worker to a decode worker (zero when colocated).
-struct KvHandoffStats {
-    int transferred_tokens = 0;      // prompt positions whose KV arrived
-    std::size_t bytes_received = 0;  // header + payload
-    double transfer_seconds = 0;     // header arrived -> payload in memory
-    double decode_seconds = 0;       // payload in memory -> finished (waiting for room included)
-};
-
 // A finished request, however it was served.
 struct Completion {
     sched::RequestId id{};
     int choice = 0;
     std::vector<std::int32_t> prompt_tokens;
     std::vector<std::int32_t> tokens;
-    std::string text;  // empty where no tokenizer was at hand (the decode worker)
+    std::string text;
     FinishReason finish = FinishReason::aborted;
     std::string error;
     spec::SpeculationStats speculation;  // zero for a request without draft_tokens
-    KvHandoffStats handoff;              // zero unless disaggregated
 };
 
 // What a request is checked against, wherever it enters. Every field comes from the model and
@@ -179,8 +170,7 @@ inline void validate_request(GenerationRequest const& request, std::span<std::in
             throw RequestError(
                 "grammar and ignore_eos cannot be combined: a complete output ends with an end "
                 "token");
-        // The workers without a tokenizer (disaggregated prefill/decode) sample outside the
-        // step runner, so they would drop the grammar silently: refused there.
+        // An entry point without a tokenizer has no vocabulary to bind a grammar to.
         if (!limits.has_tokenizer)
             throw RequestError(
                 "grammar is not applied by this worker (it samples without the "
