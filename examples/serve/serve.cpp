@@ -54,6 +54,10 @@
 #include "openai_protocol.hpp"
 #include "prometheus.hpp"
 
+#if TINFER_WITH_MPI
+#include <tinfer/distributed/mpi_roles.hpp>
+#endif
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -143,6 +147,7 @@ struct Options {
     std::string api_key;  // empty: no authentication
     bool prefix_caching = true;
     int speculative_tokens = 0;  // γ of prompt-lookup speculation; 0: off
+    std::string role;            // prefill or decode under mpirun; empty: colocated
 };
 
 // Compares a presented key with the configured one in time that depends only on the
@@ -1066,12 +1071,33 @@ class EngineObserver {
     std::size_t drained_ = 0;
 };
 
+// --role: the engine's loop in a prefill or decode role (distributed/mpi_roles.hpp); without
+// MPI there is no role to take.
+#if TINFER_WITH_MPI
+using RoleSession = tinfer::distributed::MpiRoleSession;
+#else
+struct RoleSession {
+    bool serves_http() const { return true; }
+    template <class Engine, class StopRequested>
+    void serve(Engine& engine, StopRequested stop) {
+        engine.serve(stop);
+    }
+};
+#endif
+
 template <class ServingEngine>
-int run(Options const& options, sigset_t const& stop_signals, tinfer::gguf::File file) {
+int run(Options const& options, sigset_t const& stop_signals, tinfer::gguf::File file,
+        RoleSession* role) {
     ServingEngine engine(std::move(file), {.kv_budget_bytes = options.kv_budget_mb << 20,
                                            .threads = options.threads,
                                            .prefix_caching = options.prefix_caching,
                                            .int8_activations = options.precision == "int8"});
+    if (role && !role->serves_http()) {  // the decode rank: no HTTP, until rank 0 shuts it down
+        std::cout << "serve: decode role, serving the prefill rank's hand-offs" << std::endl;
+        role->serve(engine, [] { return false; });
+        std::cout << "serve: stopped" << std::endl;
+        return 0;
+    }
     serve::ServerMetrics metrics(options.served_model_name);
     ServerState state;
     net::thread_pool workers(static_cast<std::size_t>(options.workers));
@@ -1110,10 +1136,15 @@ int run(Options const& options, sigset_t const& stop_signals, tinfer::gguf::File
     EngineObserver<ServingEngine> observer(engine, metrics);
     std::thread engine_thread([&] {
         try {
-            engine.serve([&] {
+            auto const keep_serving = [&] {
                 observer.publish();
                 return engine_stop.load();
-            });
+            };
+            if (role) {
+                role->serve(engine, keep_serving);  // prefill: hands off, hears the tokens back
+            } else {
+                engine.serve(keep_serving);
+            }
         } catch (std::exception const& e) {
             std::cerr << "serve: the engine failed: " << e.what() << std::endl;
             state.engine_failed = true;
@@ -1248,6 +1279,12 @@ int main(int argc, char** argv) {
                    "Codecs of the KV cache, 'K' for both or 'K,V' (the compiled-in pairs)")
         ->capture_default_str()
         ->check(CLI::IsMember(kv_codec_names()));
+    app.add_option("--role", options.role,
+                   "Prefill/decode disaggregation, as one of two ranks of an mpirun: prefill "
+                   "(serves HTTP, hands each request off after its first token) or decode "
+                   "(decodes them, no HTTP): mpirun -n 1 serve --role prefill ... : -n 1 serve "
+                   "--role decode ...")
+        ->check(CLI::IsMember({"prefill", "decode"}));
     CLI11_PARSE(app, argc, argv);
     if (options.served_model_name.empty())
         options.served_model_name = std::filesystem::path(options.model).stem().string();
@@ -1262,15 +1299,27 @@ int main(int argc, char** argv) {
     sigaddset(&stop_signals, SIGINT);
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+    std::optional<RoleSession> role;  // outlives the try: MPI must be up to abort the job
     try {
+        if (!options.role.empty()) {
+#if TINFER_WITH_MPI
+            role.emplace(&argc, &argv, tinfer::distributed::serving_role_named(options.role));
+#else
+            throw std::runtime_error("--role needs serve built with MPI (libopenmpi-dev)");
+#endif
+        }
         auto file = tinfer::gguf::File::open(options.model);
         return tinfer::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
             return with_kv_codecs(options.kv_cache_dtype, [&]<class Codecs>() {
-                return run<ServingEngineFor<Cfg, Codecs>>(options, stop_signals, std::move(file));
+                return run<ServingEngineFor<Cfg, Codecs>>(options, stop_signals, std::move(file),
+                                                          role ? &*role : nullptr);
             });
         });
     } catch (std::exception const& e) {
         std::cerr << "serve: " << e.what() << std::endl;
+#if TINFER_WITH_MPI
+        if (role) MPI_Abort(MPI_COMM_WORLD, 1);  // the other rank may be waiting on this one
+#endif
         return 1;
     }
 }
