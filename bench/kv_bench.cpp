@@ -283,8 +283,7 @@ constexpr tinfer::ModelConfig bookkeeping_shape{.layers = 1,
                                                 .ffn = 32,
                                                 .vocab = 32,
                                                 .max_context = utilization_max_length,
-                                                .weights = tinfer::DType::f32,
-                                                .kv = tinfer::DType::f32};
+                                                .weights = tinfer::DType::f32};
 
 template <int BlockSize>
 void utilization_row(std::vector<tinfer::kv::RequestLengths> const& requests, int pool_tokens) {

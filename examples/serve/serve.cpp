@@ -48,6 +48,7 @@
 #include <tinfer/engine/engine.hpp>
 #include <tinfer/grammar/json_schema.hpp>
 #include <tinfer/grammar/matcher.hpp>
+#include <tinfer/kv/codec_pairs.hpp>
 #include <tinfer/model/shipped_presets.hpp>
 
 #include "http_server.hpp"
@@ -71,47 +72,13 @@ using Serving =
                              tinfer::sched::ChunkedPrefill<256>, tinfer::sched::PreemptByRecompute,
                              tinfer::sched::FairShare>;
 // The KV codecs of K and V are compile-time types of the engine (PagedKv<BlockSize, K, V>), so
-// --kv-cache-dtype chooses among a compiled list. Each pair is one more engine per shipped
-// shape, and the engine is most of serve's build time: the list is the instantiation budget
-// (docs/server.md has the build times).
-template <class K, class V>
-struct KvCodecPair {
-    using Key = K;
-    using Value = V;
-    static std::string name() {
-        return K::name == V::name ? std::string(K::name)
-                                  : std::string(K::name) + "," + std::string(V::name);
-    }
-};
-using KvCodecPairs = std::tuple<KvCodecPair<tinfer::kv::Fp32Codec, tinfer::kv::Fp32Codec>,
-                                KvCodecPair<tinfer::kv::Bf16Codec, tinfer::kv::Bf16Codec>,
-                                KvCodecPair<tinfer::kv::Fp8E4M3Codec, tinfer::kv::Fp8E4M3Codec>,
-                                KvCodecPair<tinfer::kv::Int8Codec, tinfer::kv::Int8Codec>,
-                                KvCodecPair<tinfer::kv::Int8Codec, tinfer::kv::Int4Codec>>;
-
-std::vector<std::string> kv_codec_names() {
-    return []<class... P>(std::tuple<P...>*) {
-        return std::vector<std::string>{P::name()...};
-    }(static_cast<KvCodecPairs*>(nullptr));
-}
-
-// Calls body.template operator()<Pair>() for the pair named `name` (checked by the CLI).
-template <class Body>
-int with_kv_codecs(std::string const& name, Body&& body) {
-    int result = -1;
-    bool found = false;
-    [&]<class... P>(std::tuple<P...>*) {
-        ((!found && P::name() == name ? (found = true, result = body.template operator()<P>()) : 0),
-         ...);
-    }(static_cast<KvCodecPairs*>(nullptr));
-    if (!found) throw std::runtime_error("--kv-cache-dtype " + name + " is not compiled in");
-    return result;
-}
+// --kv-cache-dtype chooses among the library's compiled list (kv/codec_pairs.hpp). Each pair is
+// one more engine per shipped shape, and the engine is most of serve's build time: the list is
+// the instantiation budget (docs/server.md has the build times).
 
 // The engine for one compiled-in shape (model/shipped_presets.hpp; the file chooses which) and
 // one KV codec pair (--kv-cache-dtype).
-template <tinfer::ModelConfig Cfg,
-          class Codecs = KvCodecPair<tinfer::kv::Fp32Codec, tinfer::kv::Fp32Codec>>
+template <tinfer::ModelConfig Cfg, class Codecs = tinfer::kv::KvCodecPair<tinfer::kv::Fp32Codec>>
 using ServingEngineFor =
     tinfer::Engine<tinfer::Llama<Cfg>, Serving, tinfer::Host,
                    tinfer::PagedKv<16, typename Codecs::Key, typename Codecs::Value>>;
@@ -1278,7 +1245,7 @@ int main(int argc, char** argv) {
     app.add_option("--kv-cache-dtype", options.kv_cache_dtype,
                    "Codecs of the KV cache, 'K' for both or 'K,V' (the compiled-in pairs)")
         ->capture_default_str()
-        ->check(CLI::IsMember(kv_codec_names()));
+        ->check(CLI::IsMember(tinfer::kv::kv_codec_pair_names()));
     app.add_option("--role", options.role,
                    "Prefill/decode disaggregation, as one of two ranks of an mpirun: prefill "
                    "(serves HTTP, hands each request off after its first token) or decode "
@@ -1310,7 +1277,7 @@ int main(int argc, char** argv) {
         }
         auto file = tinfer::gguf::File::open(options.model);
         return tinfer::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
-            return with_kv_codecs(options.kv_cache_dtype, [&]<class Codecs>() {
+            return tinfer::kv::with_kv_codecs(options.kv_cache_dtype, [&]<class Codecs>() {
                 return run<ServingEngineFor<Cfg, Codecs>>(options, stop_signals, std::move(file),
                                                           role ? &*role : nullptr);
             });

@@ -220,8 +220,7 @@ BOOST_AUTO_TEST_CASE(weight_layout_is_aligned_and_stores_tied_tensors_once) {
                                        .max_context = 128,
                                        .rope_base = 10000.0,
                                        .norm_eps = 1e-5,
-                                       .weights = tinfer::DType::q4_1,
-                                       .kv = tinfer::DType::f32};
+                                       .weights = tinfer::DType::q4_1};
     std::vector<std::byte> host(1 << 16);
     std::size_t cursor = 0;
     auto const take = [&](std::size_t bytes) {

@@ -52,7 +52,7 @@ using Serving = sched::Scheduler<sched::ContinuousBatching<max_batch, 256>,
 using ServingEngine = Engine<Llama<smollm2>, Serving, Host, PagedKv<block_size, kv::Bf16Codec>>;
 using Cache = ServingEngine::Cache;
 // The formula's view of this cache: the model's shape with bf16 K and V.
-constexpr ModelConfig shipped_shape = with_kv(smollm2, DType::bf16);
+constexpr DType shipped_kv = DType::bf16;
 constexpr int prefill_rank = 0;
 constexpr int decode_rank = 1;
 constexpr int threads_per_rank = 1;  // two ranks on two cores
@@ -276,7 +276,7 @@ void run_prefill(testing::mpi::Checks& checks, CountingCommunicator<MpiCommunica
         std::size_t const blocks = static_cast<std::size_t>(Cache::blocks_for(n));
         std::size_t const payload = blocks * Cache::bytes_per_block;
         expected_payloads.push_back(payload);
-        double const formula = shipped_shape.kv_bytes(n);
+        double const formula = smollm2.kv_bytes(n, shipped_kv);
         double const padding = static_cast<double>(payload) - formula;
         checks.expect(padding >= 0 && padding < static_cast<double>(Cache::bytes_per_block) &&
                           (n % block_size != 0 || padding == 0),
@@ -301,9 +301,9 @@ void run_prefill(testing::mpi::Checks& checks, CountingCommunicator<MpiCommunica
     std::printf(
         "KV bytes per token %.0f (formula) = %zu (cache); block of %d tokens = %zu bytes; "
         "header %zu bytes\n",
-        shipped_shape.kv_bytes_per_token(), Cache::bytes_per_token, block_size,
+        smollm2.kv_bytes_per_token(shipped_kv), Cache::bytes_per_token, block_size,
         Cache::bytes_per_block, kv_transfer_header_bytes);
-    checks.expect(static_cast<double>(Cache::bytes_per_token) == shipped_shape.kv_bytes_per_token(),
+    checks.expect(static_cast<double>(Cache::bytes_per_token) == smollm2.kv_bytes_per_token(shipped_kv),
                   "a cache token holds exactly the formula's bytes");
     checks.expect(engine.cache().live_sequences() == 0, "the prefill side releases every request");
     checks.expect(engine.cache().used_blocks() == engine.cache().prefix_only_blocks(),

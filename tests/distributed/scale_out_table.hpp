@@ -56,7 +56,7 @@ inline std::string milliseconds(double seconds) {
 
 inline std::string scale_out_tables_markdown() {
     std::string out;
-    out += "KV cache (fp16 K and V, the presets' kv dtype), context " +
+    out += "KV cache (fp16 K and V, as published figures quote them), context " +
            std::to_string(context_tokens) + " tokens, batch " + std::to_string(batch) + ":\n\n";
     out += "| model | KV per token | per request | per batch | request over " +
            std::string(ethernet_100g.name) + " | request over " + std::string(nvlink_h100.name) +
@@ -64,9 +64,10 @@ inline std::string scale_out_tables_markdown() {
     out += "|---|---|---|---|---|---|\n";
     for (auto const& m : models) {
         double const request = kv_bytes_per_request(m.config, context_tokens);
-        out += "| " + std::string(m.name) + " | " + bytes(m.config.kv_bytes_per_token()) + " | " +
-               bytes(request) + " | " + bytes(kv_bytes_per_batch(m.config, context_tokens, batch)) +
-               " | " + milliseconds(transfer_seconds(request, ethernet_100g)) + " | " +
+        out += "| " + std::string(m.name) + " | " + bytes(m.config.kv_bytes_per_token(quoted_kv)) +
+               " | " + bytes(request) + " | " +
+               bytes(kv_bytes_per_batch(m.config, context_tokens, batch)) + " | " +
+               milliseconds(transfer_seconds(request, ethernet_100g)) + " | " +
                milliseconds(transfer_seconds(request, nvlink_h100)) + " |\n";
     }
     out += "\nTensor parallelism, TP " + std::to_string(tp_degree) + ", " +

@@ -8,9 +8,13 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include <tinfer/core/error.hpp>
 #include <tinfer/kv/codec.hpp>
+#include <tinfer/kv/codec_pairs.hpp>
 
 #include "testing.hpp"
 
@@ -198,6 +202,42 @@ BOOST_AUTO_TEST_CASE(int4_constant_groups_are_exact) {
     std::vector<float> x(64, 0.7f);
     std::fill(x.begin() + 32, x.end(), -3.25f);
     check_exact_on<Int4Codec>(x);
+}
+
+// The (K, V) pairs a program picks by name at start-up (serve's --kv-cache-dtype): each name
+// reaches the pair of exactly those codecs, K apart from V, and a pair outside the list is
+// refused naming the list. The expected table is written here, not read from the list.
+BOOST_AUTO_TEST_CASE(codec_pairs_are_chosen_by_name_at_run_time) {
+    std::vector<std::pair<std::string, std::pair<DType, DType>>> const expected = {
+        {"fp32", {DType::f32, DType::f32}},   {"fp16", {DType::f16, DType::f16}},
+        {"bf16", {DType::bf16, DType::bf16}}, {"fp8_e4m3", {DType::fp8_e4m3, DType::fp8_e4m3}},
+        {"int8", {DType::int8, DType::int8}}, {"int8,int4", {DType::int8, DType::int4}}};
+    BOOST_TEST(kv_codec_pair_names().size() == expected.size());
+    auto const dtypes_of = []<class Pair>() {
+        return std::pair{Pair::Key::dtype, Pair::Value::dtype};
+    };
+    for (auto const& [name, dtypes] : expected) {
+        BOOST_TEST_CONTEXT(name) {
+            BOOST_TEST((with_kv_codecs(name, dtypes_of) == dtypes));
+            auto const comma = name.find(',');
+            std::string const key = name.substr(0, comma);
+            std::string const value = comma == std::string::npos ? key : name.substr(comma + 1);
+            BOOST_TEST((with_kv_codecs(key, value, dtypes_of) == dtypes));
+            BOOST_TEST(with_kv_codecs(name, []<class Pair>() { return Pair::name(); }) == name);
+        }
+    }
+    // int4 keys with int8 values are not compiled in (the order matters); neither is int3.
+    for (std::string const refused : {"int4,int8", "int3", "fp32,"}) {
+        BOOST_TEST_CONTEXT(refused) {
+            BOOST_CHECK_EXCEPTION(
+                with_kv_codecs(refused, dtypes_of), tinfer::Error, [](tinfer::Error const& e) {
+                    std::string const what = e.what();
+                    BOOST_TEST_MESSAGE(what);
+                    return what.find("fp32, fp16, bf16, fp8_e4m3, int8, int8,int4") !=
+                           std::string::npos;
+                });
+        }
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

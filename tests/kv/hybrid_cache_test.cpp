@@ -35,7 +35,6 @@ constexpr ModelConfig hybrid{.layers = 6,
                              .vocab = 16,
                              .max_context = 1024,
                              .weights = DType::f32,
-                             .kv = DType::f32,
                              .sliding_window = 8,
                              .arch = {.global_every = 3}};
 
@@ -361,8 +360,7 @@ void gemma_bytes(char const* codec_name, std::ostringstream& table) {
         std::int64_t const full_bytes =
             static_cast<std::int64_t>(Full::blocks_for(tokens)) * Full::bytes_per_block;
         BOOST_TEST(cache.used_blocks() <= Hybrid::held_blocks_for(tokens) + Hybrid::group_count);
-        BOOST_TEST(full_bytes == static_cast<std::int64_t>(gemma.kv_bytes(tokens) *
-                                                           (Codec::dtype == DType::f32 ? 1 : 0.5)));
+        BOOST_TEST(full_bytes == static_cast<std::int64_t>(gemma.kv_bytes(tokens, Codec::dtype)));
         table << "| " << codec_name << " | " << tokens << " | " << full_bytes << " | "
               << hybrid_bytes << " | " << std::fixed << std::setprecision(2)
               << static_cast<double>(full_bytes) / static_cast<double>(hybrid_bytes) << "x |\n";

@@ -29,8 +29,7 @@ constexpr ModelConfig tiny{.layers = 2,
                            .ffn = 128,
                            .vocab = 100,
                            .max_context = 512,
-                           .weights = DType::f32,
-                           .kv = DType::f32};
+                           .weights = DType::f32};
 constexpr int kv_width = tiny.kv_width();
 
 // ---- bytes per block, from the shape and the codecs ----
@@ -40,7 +39,7 @@ static_assert(SmolPaged16::bytes_per_token == 30 * 3 * (64 * 4 + 64 * 4));
 static_assert(SmolPaged16::bytes_per_token == presets::smollm2_135m.kv_bytes_per_token());
 static_assert(SmolPaged16::bytes_per_block == 16 * 46080);
 using Llama7bFp16 = PagedKvCache<presets::llama2_7b, 16, Fp16Codec>;
-static_assert(Llama7bFp16::bytes_per_token == presets::llama2_7b.kv_bytes_per_token());
+static_assert(Llama7bFp16::bytes_per_token == presets::llama2_7b.kv_bytes_per_token(DType::f16));
 static_assert(Llama7bFp16::bytes_per_block == 16 * 512 * 1024);
 // int8 keys (a float scale per token and head) with fp16 values, Llama-3-8B's 8 KV heads.
 using Llama3MixedBlock32 = PagedKvCache<presets::llama3_8b, 32, Int8Codec, Fp16Codec>;

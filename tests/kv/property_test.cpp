@@ -42,8 +42,7 @@ constexpr ModelConfig tiny{.layers = 2,
                            .ffn = 8,
                            .vocab = 8,
                            .max_context = 96,
-                           .weights = DType::f32,
-                           .kv = DType::f32};
+                           .weights = DType::f32};
 
 // Two kinds of layers: 0, 1, 3, 4 slide over 8 tokens, 2 and 5 attend globally; groups of two
 // layers: {0, 1} sliding, {2, 5} global, {3, 4} sliding.
@@ -56,7 +55,6 @@ constexpr ModelConfig hybrid{.layers = 6,
                              .vocab = 8,
                              .max_context = 96,
                              .weights = DType::f32,
-                             .kv = DType::f32,
                              .sliding_window = 8,
                              .arch = {.global_every = 3}};
 static_assert(PagedKvCache<hybrid, 4>::group_count == 3);

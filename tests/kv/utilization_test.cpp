@@ -20,8 +20,7 @@ constexpr ModelConfig small{.layers = 1,
                             .ffn = 32,
                             .vocab = 32,
                             .max_context = max_length,
-                            .weights = DType::f32,
-                            .kv = DType::f32};
+                            .weights = DType::f32};
 
 template <int BlockSize>
 UtilizationReport run(std::vector<RequestLengths> const& requests, int pool_tokens) {

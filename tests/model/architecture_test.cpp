@@ -235,7 +235,7 @@ BOOST_AUTO_TEST_CASE(cpp_initializer_compiles_the_shape_it_prints) {
                "constexpr tinfer::ModelConfig gemma{.layers = 18, .hidden = 640, .heads = 4, "
                ".kv_heads = 1, .head_dim = 256, .ffn = 2048, .vocab = 262144, .max_context = "
                "32768, .rope_base = 1000000, .norm_eps = 1e-06, .weights = tinfer::DType::q5_0, "
-               ".kv = tinfer::DType::f32, .sliding_window = 512, .arch = {.family = "
+               ".sliding_window = 512, .arch = {.family = "
                "tinfer::Family::gemma3, .norms = tinfer::NormPlacement::sandwich, .activation = "
                "tinfer::GatedActivation::gelu_tanh, .rope_pairing = tinfer::RopePairing::neox, "
                ".qk_norm = true, .scale_embedding = true, .query_pre_attn_scalar = 256, "
@@ -252,7 +252,6 @@ constexpr tinfer::ModelConfig gemma{.layers = 18,
                                     .rope_base = 1000000,
                                     .norm_eps = 1e-06,
                                     .weights = tinfer::DType::q5_0,
-                                    .kv = tinfer::DType::f32,
                                     .sliding_window = 512,
                                     .arch = {.family = tinfer::Family::gemma3,
                                              .norms = tinfer::NormPlacement::sandwich,

@@ -92,7 +92,8 @@ struct ModelConfig {
     // The encoding the shape is quoted with (memory arithmetic, tensor-parallel block fit). A
     // file's matrices are bound each with its own GGUF type, whatever this says.
     DType weights = DType::f32;
-    DType kv = DType::f32;
+    // No KV dtype: the KV codecs of K and V are chosen where the cache is made
+    // (kv/codec_pairs.hpp), so one shape serves every codec pair.
     int sliding_window = 0;  // tokens a sliding layer sees, itself included; 0: none
     Architecture arch = {};
 
@@ -123,22 +124,23 @@ struct ModelConfig {
     constexpr int q_width() const { return heads * head_dim; }
     constexpr int kv_width() const { return kv_heads * head_dim; }
 
-    // KV cache bytes per token: K and V, every layer, every KV head, every dimension.
-    constexpr double kv_bytes_per_token() const {
-        return 2.0 * layers * kv_heads * head_dim * kv_bytes_per_element(kv);
+    // KV cache bytes per token with K stored as `key` and V as `value` elements: every layer,
+    // every KV head, every dimension. Element bytes only: a codec's per-vector scale is not
+    // counted (kv::PagedKvCache::bytes_per_token is the exact figure of one codec pair).
+    constexpr double kv_bytes_per_token(DType key, DType value) const {
+        return static_cast<double>(layers) * kv_heads * head_dim *
+               (kv_bytes_per_element(key) + kv_bytes_per_element(value));
     }
-    constexpr double kv_bytes(std::int64_t tokens) const {
-        return kv_bytes_per_token() * static_cast<double>(tokens);
+    // K and V of one dtype (f32: the host cache's default codec).
+    constexpr double kv_bytes_per_token(DType kv = DType::f32) const {
+        return kv_bytes_per_token(kv, kv);
+    }
+    constexpr double kv_bytes(std::int64_t tokens, DType kv = DType::f32) const {
+        return kv_bytes_per_token(kv) * static_cast<double>(tokens);
     }
 
     friend constexpr bool operator==(ModelConfig const&, ModelConfig const&) = default;
 };
-
-// Same shape, another KV dtype: presets are quoted with fp16 KV, and FP8 halves them.
-constexpr ModelConfig with_kv(ModelConfig c, DType kv) {
-    c.kv = kv;
-    return c;
-}
 
 inline std::ostream& operator<<(std::ostream& out, Architecture const& a) {
     out << "Architecture{family=" << name_of(a.family) << ", norms=" << name_of(a.norms)
@@ -156,8 +158,8 @@ inline std::ostream& operator<<(std::ostream& out, ModelConfig const& c) {
         << ", kv_heads=" << c.kv_heads << ", head_dim=" << c.head_dim << ", ffn=" << c.ffn
         << ", vocab=" << c.vocab << ", max_context=" << c.max_context
         << ", rope_base=" << c.rope_base << ", norm_eps=" << c.norm_eps
-        << ", weights=" << name_of(c.weights) << ", kv=" << name_of(c.kv)
-        << ", sliding_window=" << c.sliding_window << ", arch=" << c.arch << "}";
+        << ", weights=" << name_of(c.weights) << ", sliding_window=" << c.sliding_window
+        << ", arch=" << c.arch << "}";
     return out;
 }
 

@@ -2,7 +2,8 @@
 #include <tinfer/config/model_config.hpp>
 #include <tinfer/config/validate.hpp>
 
-// Shapes of published models. KV dtype is the one their figures are usually quoted with.
+// Shapes of published models. Their KV memory is usually quoted with fp16 K and V
+// (ModelConfig::kv_bytes_per_token(DType::f16)); the KV codecs are the cache's choice.
 namespace tinfer::presets {
 
 inline constexpr ModelConfig smollm2_135m{.layers = 30,
@@ -15,8 +16,7 @@ inline constexpr ModelConfig smollm2_135m{.layers = 30,
                                           .max_context = 8192,
                                           .rope_base = 100000.0,
                                           .norm_eps = 1e-5,
-                                          .weights = DType::q4_1,
-                                          .kv = DType::f32};
+                                          .weights = DType::q4_1};
 
 // Gemma 3 270M: MQA with head_dim 256, GeGLU, QK-norm, sandwich norms, embeddings scaled by
 // sqrt(hidden), five sliding-window layers (512 tokens, RoPE base 10,000) to one global layer
@@ -32,7 +32,6 @@ inline constexpr ModelConfig gemma3_270m{.layers = 18,
                                          .rope_base = 1000000.0,
                                          .norm_eps = 1e-6,
                                          .weights = DType::q5_0,
-                                         .kv = DType::f32,
                                          .sliding_window = 512,
                                          .arch = {.family = Family::gemma3,
                                                   .norms = NormPlacement::sandwich,
@@ -56,7 +55,6 @@ inline constexpr ModelConfig llama2_7b{.layers = 32,
                                        .rope_base = 10000.0,
                                        .norm_eps = 1e-5,
                                        .weights = DType::f16,
-                                       .kv = DType::f16,
                                        .arch = {.lm_head = LmHead::separate}};
 
 inline constexpr ModelConfig llama2_70b{.layers = 80,
@@ -70,7 +68,6 @@ inline constexpr ModelConfig llama2_70b{.layers = 80,
                                         .rope_base = 10000.0,
                                         .norm_eps = 1e-5,
                                         .weights = DType::f16,
-                                        .kv = DType::f16,
                                         .arch = {.lm_head = LmHead::separate}};
 
 inline constexpr ModelConfig llama3_8b{.layers = 32,
@@ -84,7 +81,6 @@ inline constexpr ModelConfig llama3_8b{.layers = 32,
                                        .rope_base = 500000.0,
                                        .norm_eps = 1e-5,
                                        .weights = DType::bf16,
-                                       .kv = DType::f16,
                                        .arch = {.lm_head = LmHead::separate}};
 
 inline constexpr ModelConfig mistral_7b{.layers = 32,
@@ -98,7 +94,6 @@ inline constexpr ModelConfig mistral_7b{.layers = 32,
                                         .rope_base = 10000.0,
                                         .norm_eps = 1e-5,
                                         .weights = DType::f16,
-                                        .kv = DType::f16,
                                         .sliding_window = 4096,
                                         .arch = {.lm_head = LmHead::separate}};
 
@@ -113,7 +108,6 @@ inline constexpr ModelConfig qwen25_05b{.layers = 24,
                                         .rope_base = 1000000.0,
                                         .norm_eps = 1e-6,
                                         .weights = DType::bf16,
-                                        .kv = DType::bf16,
                                         .arch = {.family = Family::qwen2,
                                                  .rope_pairing = RopePairing::neox,
                                                  .lm_head = LmHead::tied,

@@ -37,12 +37,6 @@ struct Sizes {
     static_assert(vocab > 0, "ModelConfig.vocab must be positive");
     static_assert(max_context > 0, "ModelConfig.max_context must be positive");
 };
-template <DType kv>
-struct KvType {
-    static_assert(is_plain_kv_type(kv),
-                  "ModelConfig.kv must be f32, f16, bf16, fp8_e4m3, fp8_e5m2 or int8 "
-                  "(block-quantized and int4 KV are chosen as KV codecs, not as the config's kv)");
-};
 template <DType weights>
 struct WeightType {
     static_assert(weights != DType::fp8_e4m3 && weights != DType::fp8_e5m2 &&
@@ -81,7 +75,6 @@ consteval bool check_model_config() {
     (void)sizeof(config_check::Heads<C.heads, C.kv_heads>);
     (void)sizeof(config_check::HeadDim<C.head_dim>);
     (void)sizeof(config_check::Sizes<C.ffn, C.vocab, C.max_context>);
-    (void)sizeof(config_check::KvType<C.kv>);
     (void)sizeof(config_check::WeightType<C.weights>);
     (void)sizeof(config_check::Window<C.sliding_window>);
     (void)sizeof(config_check::LayerPattern<C.sliding_window, C.arch.global_every>);

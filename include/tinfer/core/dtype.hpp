@@ -105,12 +105,6 @@ constexpr double bits_per_element(DType t) {
     return 0;
 }
 
-// Types a KV cache may hold without per-group metadata, so bytes per token are exact.
-constexpr bool is_plain_kv_type(DType t) {
-    return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::fp8_e4m3 ||
-           t == DType::fp8_e5m2 || t == DType::int8;
-}
-
 // Bytes one element occupies in a KV cache (int4 packs two per byte).
 constexpr double kv_bytes_per_element(DType t) {
     return bits_per_element(t) / 8;

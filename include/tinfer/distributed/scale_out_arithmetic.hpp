@@ -30,12 +30,17 @@ inline constexpr double nvlink4_bytes_per_link_bidirectional = 50e9;
 inline constexpr Link nvlink_h100{"NVLink 4 (H100 SXM)",
                                   nvlink4_links* nvlink4_bytes_per_link_bidirectional / 2};
 
-constexpr double kv_bytes_per_request(ModelConfig const& c, int context_tokens) {
-    return c.kv_bytes(context_tokens);
+// The KV dtype is the cache's choice, not the shape's: published figures quote fp16.
+inline constexpr DType quoted_kv = DType::f16;
+
+constexpr double kv_bytes_per_request(ModelConfig const& c, int context_tokens,
+                                      DType kv = quoted_kv) {
+    return c.kv_bytes(context_tokens, kv);
 }
 
-constexpr double kv_bytes_per_batch(ModelConfig const& c, int context_tokens, int batch) {
-    return kv_bytes_per_request(c, context_tokens) * batch;
+constexpr double kv_bytes_per_batch(ModelConfig const& c, int context_tokens, int batch,
+                                    DType kv = quoted_kv) {
+    return kv_bytes_per_request(c, context_tokens, kv) * batch;
 }
 
 constexpr double transfer_seconds(double bytes, Link const& link) {

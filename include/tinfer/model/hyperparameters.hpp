@@ -102,8 +102,8 @@ inline double shortest_decimal(double file_value) {
 }  // namespace detail
 
 // The file's model description as a ModelConfig. `weights` is the type of blk.0.attn_q.weight
-// (the file's other matrices may differ; each is bound with its own type) and `kv` is left f32:
-// the cache chooses it, not the file.
+// (the file's other matrices may differ; each is bound with its own type). The KV codecs are
+// the cache's choice, not the file's (kv/codec_pairs.hpp).
 inline ModelConfig read_config(gguf::File const& file) {
     Family const family = family_of(file);
     std::string const arch = name_of(family);
@@ -288,8 +288,7 @@ inline std::string cpp_initializer(ModelConfig const& c, std::string const& name
         << ", .hidden = " << c.hidden << ", .heads = " << c.heads << ", .kv_heads = " << c.kv_heads
         << ", .head_dim = " << c.head_dim << ", .ffn = " << c.ffn << ", .vocab = " << c.vocab
         << ", .max_context = " << c.max_context << ", .rope_base = " << c.rope_base
-        << ", .norm_eps = " << c.norm_eps << ", .weights = tinfer::DType::" << name_of(c.weights)
-        << ", .kv = tinfer::DType::" << name_of(c.kv);
+        << ", .norm_eps = " << c.norm_eps << ", .weights = tinfer::DType::" << name_of(c.weights);
     if (c.sliding_window != d.sliding_window) out << ", .sliding_window = " << c.sliding_window;
     Architecture const& a = c.arch;
     Architecture const& da = d.arch;

@@ -11,8 +11,7 @@ constexpr tinfer::ModelConfig shape{.layers = 2,
                                     .ffn = 512,
                                     .vocab = 100,
                                     .max_context = 64,
-                                    .weights = tinfer::DType::q8_0,
-                                    .kv = tinfer::DType::f32};
+                                    .weights = tinfer::DType::q8_0};
 
 int main() {
     return tinfer::model::TensorParallelShard<shape, 4>::heads;

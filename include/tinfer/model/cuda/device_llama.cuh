@@ -72,30 +72,6 @@
 
 namespace tinfer::cuda {
 
-// The KV codec of a config's kv dtype.
-template <DType Kv>
-struct KvCodecOf;
-template <>
-struct KvCodecOf<DType::f32> {
-    using type = kv::Fp32Codec;
-};
-template <>
-struct KvCodecOf<DType::f16> {
-    using type = kv::Fp16Codec;
-};
-template <>
-struct KvCodecOf<DType::bf16> {
-    using type = kv::Bf16Codec;
-};
-template <>
-struct KvCodecOf<DType::fp8_e4m3> {
-    using type = kv::Fp8E4M3Codec;
-};
-template <>
-struct KvCodecOf<DType::fp8_e5m2> {
-    using type = kv::Fp8E5M2Codec;
-};
-
 // Calls body.template operator()<W>() for the device weight type equal to `type` (the
 // embedding and LM head, whose encoding the file chooses).
 template <class Body>
@@ -131,8 +107,9 @@ class CudaStream {
 };
 
 // Codec encodes the cache's K vectors, ValueCodec its V vectors (the same unless chosen apart,
-// as kv::PagedKvCache allows).
-template <ModelConfig Cfg, int BlockSize = 16, class Codec = typename KvCodecOf<Cfg.kv>::type,
+// as kv::PagedKvCache allows). They are the cache's choice, not the shape's: fp32 as on the host
+// unless given (a run-time name picks a pair with kv::with_kv_codecs).
+template <ModelConfig Cfg, int BlockSize = 16, class Codec = kv::Fp32Codec,
           class ValueCodec = Codec>
 requires ModelShape<Cfg> && kernels::cuda::DeviceWeightType<Cfg.weights> &&
     kernels::cuda::DeviceKvCodec<Codec, Cfg.head_dim> &&
