@@ -10,15 +10,23 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <tinfer/core/extent.hpp>
+#include <tinfer/core/half.hpp>
+#include <tinfer/format/quant_blocks.hpp>
 #include <tinfer/kernels/attention.hpp>
+#include <tinfer/kernels/int8_activations.hpp>
+#include <tinfer/kernels/int8_dot.hpp>
+#include <tinfer/kernels/linear.hpp>
 #include <tinfer/kernels/rmsnorm.hpp>
 #include <tinfer/kernels/rope.hpp>
+#include <tinfer/kernels/sampling.hpp>
+#include <tinfer/kv/codec.hpp>
 #include <tinfer/kv/kv_view.hpp>
 
 namespace {
@@ -65,32 +73,41 @@ double median(std::vector<double> v) {
 
 struct Timing {
     double static_seconds, dynamic_seconds;
+    double ratio;  // dynamic / static: the median of the ratios of adjacent samples
 };
 
 // Median seconds per call of each form, their samples interleaved (static, dynamic, static,
-// ...) so that a change in the machine's load falls on both alike.
+// ...) so that a change in the machine's load falls on both alike. The ratio is the median of
+// each adjacent pair's ratio rather than the ratio of the medians: on a loaded machine a pair
+// shares its moment's load, while the two medians may come from different moments.
 template <class Static, class Dynamic>
 Timing side_by_side(Static&& fixed, Dynamic&& any) {
     int const calls = std::max(calibrated_calls(fixed), calibrated_calls(any));
-    std::vector<double> s, d;
+    std::vector<double> s, d, ratios;
     for (int r = 0; r < repeats; ++r) {
-        s.push_back(seconds_per_call(fixed, calls));
-        d.push_back(seconds_per_call(any, calls));
+        // Alternate which form goes first, so neither always runs on a warmer cache.
+        if (r % 2 == 0) {
+            s.push_back(seconds_per_call(fixed, calls));
+            d.push_back(seconds_per_call(any, calls));
+        } else {
+            d.push_back(seconds_per_call(any, calls));
+            s.push_back(seconds_per_call(fixed, calls));
+        }
+        ratios.push_back(d.back() / s.back());
     }
-    return {median(s), median(d)};
+    return {median(s), median(d), median(ratios)};
 }
 
 void report(std::string const& kernel, std::string const& shape, Timing t, bool equal) {
-    double const static_s = t.static_seconds, dynamic_s = t.dynamic_seconds;
+    double const static_s = t.static_seconds, dynamic_s = t.dynamic_seconds, ratio = t.ratio;
     if (!equal) ++failures;
     if (markdown) {
         std::printf("| %s | %s | %.3f | %.3f | %.2f |%s\n", kernel.c_str(), shape.c_str(),
-                    static_s * 1e6, dynamic_s * 1e6, dynamic_s / static_s,
-                    equal ? "" : " **outputs differ**");
+                    static_s * 1e6, dynamic_s * 1e6, ratio, equal ? "" : " **outputs differ**");
     } else {
         std::printf("%-22s %-34s static %10.3f us  dynamic %10.3f us  ratio %5.2f%s\n",
-                    kernel.c_str(), shape.c_str(), static_s * 1e6, dynamic_s * 1e6,
-                    dynamic_s / static_s, equal ? "" : "  OUTPUTS DIFFER");
+                    kernel.c_str(), shape.c_str(), static_s * 1e6, dynamic_s * 1e6, ratio,
+                    equal ? "" : "  OUTPUTS DIFFER");
     }
     std::fflush(stdout);
 }
@@ -190,6 +207,186 @@ void bench_attention(char const* what, int kv_heads, int context, int queries) {
            t, out_static == out_dynamic);
 }
 
+// ---- the linear kernels: y = x W^T over `cols` input features, static or dynamic ----
+// Seeded weights in encoding W: the legacy blocks quantized from floats, the K-quant blocks
+// random bytes under a small finite scale (their products need only be finite and repeatable).
+template <DType W>
+std::vector<std::byte> random_weights(int rows, int cols, std::uint32_t seed) {
+    constexpr int elements = kernels::block_elements<W>();
+    constexpr std::size_t bytes_per_block = kernels::block_bytes<W>();
+    std::size_t const blocks = static_cast<std::size_t>(rows) * cols / elements;
+    std::vector<std::byte> bytes(blocks * bytes_per_block);
+    auto const values = random_floats(static_cast<std::size_t>(rows) * cols, seed, 0.05f);
+    std::mt19937 rng(seed + 1);
+    for (std::size_t b = 0; b < blocks; ++b) {
+        std::byte* out = bytes.data() + b * bytes_per_block;
+        float const* in = values.data() + b * elements;
+        if constexpr (W == DType::f32) {
+            std::memcpy(out, in, sizeof(float));
+        } else if constexpr (W == DType::f16 || W == DType::bf16) {
+            std::uint16_t const bits =
+                W == DType::f16 ? float_to_f16_bits(in[0]) : float_to_bf16_bits(in[0]);
+            std::memcpy(out, &bits, sizeof bits);
+        } else if constexpr (elements == quant::k_block_elements) {
+            quant::BlockOfT<W> block;
+            auto* raw = reinterpret_cast<unsigned char*>(&block);
+            for (std::size_t i = 0; i < sizeof block; ++i)
+                raw[i] = static_cast<unsigned char>(rng());
+            block.d = float_to_f16_bits(1e-3f);
+            if constexpr (requires { block.dmin; }) block.dmin = float_to_f16_bits(1e-3f);
+            std::memcpy(out, &block, sizeof block);
+        } else {
+            quant::BlockOfT<W> block;
+            quant::quantize_block(in, block);
+            std::memcpy(out, &block, sizeof block);
+        }
+    }
+    return bytes;
+}
+
+bool bitwise_equal(std::vector<float> const& a, std::vector<float> const& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Float activations (the weights decoded a strip at a time) and, for the types with an int8
+// dot, int8 activations on the repacked strips; `gated`: the FFN's gate and up pair with its
+// activation fused (SwiGLU or GeGLU), as the model runs it.
+template <DType W, int cols, bool gated = false, class Activation = kernels::SiluGate>
+void bench_linear(char const* what, int rows, int tokens) {
+    auto const gate_bytes = random_weights<W>(rows, cols, 7);
+    auto const up_bytes = random_weights<W>(rows, cols, 8);
+    kernels::WeightMatrix const gate{W, rows, cols, gate_bytes.data()};
+    kernels::WeightMatrix const up{W, rows, cols, up_bytes.data()};
+    auto const x = random_floats(static_cast<std::size_t>(tokens) * cols, 9);
+    kernels::FloatRows const float_rows{x.data(), static_cast<std::size_t>(cols)};
+    std::vector<float> buffer(kernels::linear_scratch_floats(cols));
+    std::vector<float> out_static(static_cast<std::size_t>(tokens) * rows),
+        out_dynamic(out_static.size());
+    auto const run_float = [&](auto extent, std::vector<float>& out) {
+        if constexpr (gated) {
+            kernels::gated_linear_team<W, kernels::Isa::native, Activation>(
+                extent, gate, up, float_rows, tokens, out.data(), static_cast<std::size_t>(rows),
+                buffer.data());
+        } else {
+            kernels::linear_team<W>(extent, gate, float_rows, tokens, out.data(),
+                                    static_cast<std::size_t>(rows), kernels::Store::assign,
+                                    buffer.data());
+        }
+    };
+    std::string const kernel =
+        std::string(gated ? (std::is_same_v<Activation, kernels::SiluGate> ? "swiglu linear"
+                                                                           : "geglu linear")
+                          : "linear") +
+        " " + std::string(name_of(W));
+    std::string const shape = std::string(what) + " " + std::to_string(cols) + "->" +
+                              std::to_string(rows) + " x " + std::to_string(tokens);
+    Timing const t = side_by_side([&] { run_float(StaticExtent<cols>{}, out_static); },
+                                  [&] { run_float(DynamicExtent{cols}, out_dynamic); });
+    report(kernel, shape, t, bitwise_equal(out_static, out_dynamic));
+    if constexpr (kernels::has_int8_dot(W)) {
+        std::vector<std::byte> gate_strips(kernels::int8_strip_matrix_bytes(W, rows, cols)),
+            up_strips(gate_strips.size());
+        kernels::WeightMatrix const gate8 = kernels::repack_int8_strips(gate, gate_strips.data());
+        kernels::WeightMatrix const up8 = kernels::repack_int8_strips(up, up_strips.data());
+        std::size_t const stride = kernels::int8_row_bytes(cols);
+        std::vector<std::byte> quantized(stride * static_cast<std::size_t>(tokens));
+        for (int i = 0; i < tokens; ++i)
+            kernels::quantize_row_int8(x.data() + static_cast<std::size_t>(i) * cols, cols,
+                                       quantized.data() + stride * static_cast<std::size_t>(i));
+        kernels::Int8Rows const int8_rows{quantized.data(), stride};
+        auto const run_int8 = [&](auto extent, std::vector<float>& out) {
+            if constexpr (gated) {
+                kernels::gated_linear_team<W, kernels::Isa::native, Activation>(
+                    extent, gate8, up8, int8_rows, tokens, out.data(),
+                    static_cast<std::size_t>(rows));
+            } else {
+                kernels::linear_team<W>(extent, gate8, int8_rows, tokens, out.data(),
+                                        static_cast<std::size_t>(rows), kernels::Store::assign);
+            }
+        };
+        Timing const t8 = side_by_side([&] { run_int8(StaticExtent<cols>{}, out_static); },
+                                       [&] { run_int8(DynamicExtent{cols}, out_dynamic); });
+        report(kernel + " int8 strips", shape, t8, bitwise_equal(out_static, out_dynamic));
+    }
+}
+
+// ---- sampling over a `vocab`-token distribution: greedy, and temperature with top-k/top-p ----
+template <int vocab>
+void bench_sampling(char const* what) {
+    auto const logits = random_floats(vocab, 10, 3.0f);
+    kernels::SamplingWorkspace workspace_static(vocab), workspace_dynamic(vocab);
+    std::uint32_t step_static = 0, step_dynamic = 0;
+    std::vector<float> tokens_static, tokens_dynamic;
+    auto const run = [&](char const* mode, kernels::SamplingParams const& params) {
+        tokens_static.clear();
+        tokens_dynamic.clear();
+        step_static = step_dynamic = 0;
+        Timing const t = side_by_side(
+            [&] {
+                tokens_static.push_back(
+                    static_cast<float>(kernels::sample_token(StaticExtent<vocab>{}, logits, params,
+                                                             {}, 1, step_static++, workspace_static)
+                                           .token));
+            },
+            [&] {
+                tokens_dynamic.push_back(static_cast<float>(
+                    kernels::sample_token(DynamicExtent{vocab}, logits, params, {}, 1,
+                                          step_dynamic++, workspace_dynamic)
+                        .token));
+            });
+        // The same steps drew the same tokens (the calls each form made may differ in number).
+        std::size_t const common = std::min(tokens_static.size(), tokens_dynamic.size());
+        tokens_static.resize(common);
+        tokens_dynamic.resize(common);
+        report(std::string("sampling ") + mode,
+               std::string(what) + " vocab " + std::to_string(vocab), t,
+               tokens_static == tokens_dynamic);
+    };
+    run("greedy", {.temperature = 0});
+    run("top-k 40", {.temperature = 0.8f, .top_k = 40, .seed = 3});
+    run("top-p 0.9", {.temperature = 0.8f, .top_p = 0.9f, .seed = 3});
+}
+
+// ---- KV append (encode) and decode of `vectors` head_dim vectors through one codec ----
+template <class Codec, int head_dim>
+void bench_kv_codec(char const* what, int vectors) {
+    constexpr std::size_t stored = Codec::template vector_bytes<head_dim>;
+    auto const x = random_floats(static_cast<std::size_t>(vectors) * head_dim, 11);
+    std::vector<std::byte> encoded_static(stored * static_cast<std::size_t>(vectors)),
+        encoded_dynamic(encoded_static.size());
+    auto const append = [&](auto extent, std::vector<std::byte>& out) {
+        for (int v = 0; v < vectors; ++v)
+            Codec::encode(extent, x.data() + static_cast<std::size_t>(v) * head_dim,
+                          out.data() + stored * static_cast<std::size_t>(v));
+    };
+    Timing const ta = side_by_side([&] { append(StaticExtent<head_dim>{}, encoded_static); },
+                                   [&] { append(DynamicExtent{head_dim}, encoded_dynamic); });
+    std::string const shape = std::string(what) + " d" + std::to_string(head_dim) + " x " +
+                              std::to_string(vectors) + " vectors";
+    report(std::string("kv append ") + std::string(Codec::name), shape, ta,
+           encoded_static == encoded_dynamic);
+    std::vector<float> decoded_static(x.size()), decoded_dynamic(x.size());
+    auto const decode = [&](auto extent, std::vector<float>& out) {
+        for (int v = 0; v < vectors; ++v)
+            Codec::decode(extent, encoded_static.data() + stored * static_cast<std::size_t>(v),
+                          out.data() + static_cast<std::size_t>(v) * head_dim);
+    };
+    Timing const td = side_by_side([&] { decode(StaticExtent<head_dim>{}, decoded_static); },
+                                   [&] { decode(DynamicExtent{head_dim}, decoded_dynamic); });
+    report(std::string("kv decode ") + std::string(Codec::name), shape, td,
+           bitwise_equal(decoded_static, decoded_dynamic));
+}
+
+template <int head_dim>
+void bench_kv_codecs(char const* what, int vectors) {
+    bench_kv_codec<kv::Fp32Codec, head_dim>(what, vectors);
+    bench_kv_codec<kv::Fp16Codec, head_dim>(what, vectors);
+    bench_kv_codec<kv::Bf16Codec, head_dim>(what, vectors);
+    bench_kv_codec<kv::Fp8E4M3Codec, head_dim>(what, vectors);
+    bench_kv_codec<kv::Int8Codec, head_dim>(what, vectors);
+    bench_kv_codec<kv::Int4Codec, head_dim>(what, vectors);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -234,6 +431,31 @@ int main(int argc, char** argv) {
     bench_attention<128, 8>("Llama-3-8B", 8, 512, 512);
     bench_attention<256, 1>("synthetic", 4, 1024, 1);
     bench_attention<256, 8>("synthetic", 1, 1024, 1);
+    // Linear kernels over the input features: SmolLM2's projections (576 -> 576, the FFN's
+    // 576 -> 1536 and 1536 -> 576), Gemma 3's GeGLU (640 -> 2048), at decode (1 token) and
+    // prefill (128 tokens) sizes, on the weight types their files hold and the plain ones.
+    bench_linear<DType::f32, 576>("SmolLM2 q", 576, 1);
+    bench_linear<DType::f16, 576>("SmolLM2 q", 576, 1);
+    bench_linear<DType::q4_1, 576>("SmolLM2 q", 576, 1);
+    bench_linear<DType::q4_1, 576>("SmolLM2 q", 576, 128);
+    bench_linear<DType::q8_0, 576>("SmolLM2 q", 576, 1);
+    bench_linear<DType::q8_0, 576>("SmolLM2 q", 576, 128);
+    bench_linear<DType::q4_1, 1536>("SmolLM2 down", 576, 1);
+    bench_linear<DType::q6_k, 1536>("SmolLM2 down", 576, 1);
+    bench_linear<DType::q5_0, 640>("Gemma3 q", 1024, 1);
+    bench_linear<DType::q8_0, 640>("Gemma3 q", 1024, 1);
+    bench_linear<DType::q4_k, 2048>("Gemma3 down", 640, 1);
+    bench_linear<DType::q4_1, 576, true>("SmolLM2 gate,up", 1536, 1);
+    bench_linear<DType::q4_1, 576, true>("SmolLM2 gate,up", 1536, 128);
+    bench_linear<DType::q5_0, 640, true, kernels::GeluTanhGate>("Gemma3 gate,up", 2048, 1);
+    bench_linear<DType::q5_0, 640, true, kernels::GeluTanhGate>("Gemma3 gate,up", 2048, 128);
+    // Sampling over the two vocabularies.
+    bench_sampling<49152>("SmolLM2");
+    bench_sampling<262144>("Gemma3");
+    // KV codecs: a 1024-token context of one KV head (what one decode step reads per head).
+    bench_kv_codecs<64>("SmolLM2", 1024);
+    bench_kv_codecs<128>("synthetic", 1024);
+    bench_kv_codecs<256>("Gemma3", 1024);
     if (failures > 0) {
         std::fprintf(stderr,
                      "specialization: %d kernel(s) gave different outputs static and "

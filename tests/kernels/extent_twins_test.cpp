@@ -2,7 +2,11 @@
 // dimension is static or dynamic: the same operations in the same order, only the generated
 // code differs. Seeded random inputs over the shapes the models and bench/specialization use;
 // a dynamic shape a kernel cannot take is refused with a message.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -11,11 +15,17 @@
 
 #include <tinfer/core/extent.hpp>
 #include <tinfer/kernels/attention.hpp>
+#include <tinfer/kernels/int8_activations.hpp>
+#include <tinfer/kernels/int8_dot.hpp>
+#include <tinfer/kernels/linear.hpp>
 #include <tinfer/kernels/rmsnorm.hpp>
 #include <tinfer/kernels/rope.hpp>
+#include <tinfer/kernels/sampling.hpp>
+#include <tinfer/kv/codec.hpp>
 #include <tinfer/kv/kv_view.hpp>
 
 #include "testing.hpp"
+#include "weights_for_tests.hpp"
 
 using namespace tinfer;
 
@@ -91,6 +101,129 @@ void check_attention(int kv_heads, int context, int queries, std::uint64_t seed)
     BOOST_TEST(fixed == any);
 }
 
+// Outputs start as NaN (poisoned), so a product left unwritten cannot pass.
+bool all_finite(std::vector<float> const& v) {
+    return std::ranges::all_of(v, [](float x) { return std::isfinite(x); });
+}
+
+bool bitwise_equal(std::vector<float> const& a, std::vector<float> const& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// One matrix (or the gated pair, activation fused) over `cols` input features, float rows and,
+// where W has an int8 dot, int8 rows on the repacked strips. Rows not a multiple of the row
+// tiles and tokens not a multiple of the token tile take every leftover path.
+template <DType W, int cols, bool gated, class Activation = kernels::SiluGate>
+void check_linear(int rows, int tokens, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    auto const gate = testing::make_weights<W>(rng, rows, cols, 0.5f);
+    auto const up = testing::make_weights<W>(rng, rows, cols, 0.5f);
+    auto const x = random_floats(static_cast<std::size_t>(tokens) * cols, seed + 1);
+    kernels::FloatRows const float_rows{x.data(), static_cast<std::size_t>(cols)};
+    std::vector<float> buffer(kernels::linear_scratch_floats(cols));
+    auto const stride = static_cast<std::size_t>(rows);
+    auto const run_float = [&](auto extent) {
+        std::vector<float> out(static_cast<std::size_t>(tokens) * rows,
+                               std::numeric_limits<float>::quiet_NaN());
+        if constexpr (gated) {
+            kernels::gated_linear_team<W, kernels::Isa::native, Activation>(
+                extent, gate.matrix, up.matrix, float_rows, tokens, out.data(), stride,
+                buffer.data());
+        } else {
+            kernels::linear_team<W>(extent, gate.matrix, float_rows, tokens, out.data(), stride,
+                                    kernels::Store::assign, buffer.data());
+        }
+        return out;
+    };
+    BOOST_TEST_INFO("linear " << name_of(W) << (gated ? " gated" : "") << " " << cols << " -> "
+                              << rows << " x " << tokens << " tokens");
+    auto const fixed = run_float(StaticExtent<cols>{});
+    BOOST_TEST(bitwise_equal(fixed, run_float(DynamicExtent{cols})));
+    BOOST_TEST(all_finite(fixed));
+    if constexpr (kernels::has_int8_dot(W)) {
+        std::vector<std::byte> gate_strips(kernels::int8_strip_matrix_bytes(W, rows, cols)),
+            up_strips(gate_strips.size());
+        auto const gate8 = kernels::repack_int8_strips(gate.matrix, gate_strips.data());
+        auto const up8 = kernels::repack_int8_strips(up.matrix, up_strips.data());
+        std::size_t const row_bytes = kernels::int8_row_bytes(cols);
+        std::vector<std::byte> quantized(row_bytes * static_cast<std::size_t>(tokens));
+        for (int t = 0; t < tokens; ++t)
+            kernels::quantize_row_int8(x.data() + static_cast<std::size_t>(t) * cols, cols,
+                                       quantized.data() + row_bytes * static_cast<std::size_t>(t));
+        kernels::Int8Rows const int8_rows{quantized.data(), row_bytes};
+        auto const run_int8 = [&](auto extent) {
+            std::vector<float> out(static_cast<std::size_t>(tokens) * rows,
+                                   std::numeric_limits<float>::quiet_NaN());
+            if constexpr (gated) {
+                kernels::gated_linear_team<W, kernels::Isa::native, Activation>(
+                    extent, gate8, up8, int8_rows, tokens, out.data(), stride);
+            } else {
+                kernels::linear_team<W>(extent, gate8, int8_rows, tokens, out.data(), stride,
+                                        kernels::Store::assign);
+            }
+            return out;
+        };
+        auto const fixed8 = run_int8(StaticExtent<cols>{});
+        BOOST_TEST_INFO("int8 strips");
+        BOOST_TEST(bitwise_equal(fixed8, run_int8(DynamicExtent{cols})));
+        BOOST_TEST(all_finite(fixed8));
+    }
+}
+
+// The same tokens drawn, step after step, with the vocabulary static or dynamic.
+template <int vocab>
+void check_sampling(kernels::SamplingParams const& params, std::uint64_t seed) {
+    auto const logits = random_floats(vocab, seed, 3.0f);
+    kernels::SamplingWorkspace fixed_workspace(vocab), any_workspace(vocab);
+    int differing = 0;
+    for (std::uint32_t step = 0; step < 64; ++step) {
+        auto const fixed = kernels::sample_token(StaticExtent<vocab>{}, logits, params, {}, seed,
+                                                 step, fixed_workspace);
+        auto const any = kernels::sample_token(DynamicExtent{vocab}, logits, params, {}, seed, step,
+                                               any_workspace);
+        differing += fixed.token != any.token || fixed.logprob != any.logprob;
+    }
+    BOOST_TEST_INFO("sampling vocab " << vocab << ", temperature " << params.temperature
+                                      << ", top_k " << params.top_k << ", top_p " << params.top_p);
+    BOOST_TEST(differing == 0);
+}
+
+// Encoded bytes and decoded floats of seeded vectors, head_dim static or dynamic.
+template <class Codec, int head_dim>
+void check_kv_codec(std::uint64_t seed) {
+    constexpr std::size_t stored = Codec::template vector_bytes<head_dim>;
+    constexpr int vectors = 5;
+    auto const x = random_floats(static_cast<std::size_t>(vectors) * head_dim, seed, 2.0f);
+    std::vector<std::byte> fixed(stored * vectors, std::byte{0x5a}),
+        any(fixed.size(), std::byte{0xa5});
+    std::vector<float> fixed_out(x.size(), std::numeric_limits<float>::quiet_NaN()),
+        any_out(x.size(), std::numeric_limits<float>::quiet_NaN());
+    for (int v = 0; v < vectors; ++v) {
+        float const* in = x.data() + static_cast<std::size_t>(v) * head_dim;
+        Codec::encode(StaticExtent<head_dim>{}, in, fixed.data() + stored * v);
+        Codec::encode(DynamicExtent{head_dim}, in, any.data() + stored * v);
+        Codec::decode(StaticExtent<head_dim>{}, fixed.data() + stored * v,
+                      fixed_out.data() + static_cast<std::size_t>(v) * head_dim);
+        Codec::decode(DynamicExtent{head_dim}, fixed.data() + stored * v,
+                      any_out.data() + static_cast<std::size_t>(v) * head_dim);
+    }
+    BOOST_TEST_INFO("kv codec " << Codec::name << " head_dim " << head_dim);
+    BOOST_TEST((fixed == any));  // poisoned differently: every byte written, alike
+    BOOST_TEST(bitwise_equal(fixed_out, any_out));
+    BOOST_TEST(all_finite(fixed_out));
+}
+
+template <int head_dim>
+void check_kv_codecs(std::uint64_t seed) {
+    check_kv_codec<kv::Fp32Codec, head_dim>(seed);
+    check_kv_codec<kv::Fp16Codec, head_dim>(seed);
+    check_kv_codec<kv::Bf16Codec, head_dim>(seed);
+    check_kv_codec<kv::Fp8E4M3Codec, head_dim>(seed);
+    check_kv_codec<kv::Fp8E5M2Codec, head_dim>(seed);
+    check_kv_codec<kv::Int8Codec, head_dim>(seed);
+    check_kv_codec<kv::Int4Codec, head_dim>(seed);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(extent_twins)
@@ -120,6 +253,44 @@ BOOST_AUTO_TEST_CASE(attention_static_and_dynamic_agree_bitwise) {
     check_attention<128, 1, 0, 128>(4, 90, 1, seed);     // MHA
 }
 
+BOOST_AUTO_TEST_CASE(linear_static_and_dynamic_agree_bitwise) {
+    std::uint64_t const seed = testing::seeded_rng(20261201)();
+    check_linear<DType::f32, 100, false>(7, 6, seed);  // cols not a multiple of the lanes
+    check_linear<DType::f16, 96, false>(9, 5, seed);
+    check_linear<DType::bf16, 64, false>(5, 1, seed);
+    check_linear<DType::q4_0, 96, false>(21, 6, seed);
+    check_linear<DType::q4_1, 96, false>(21, 5, seed);
+    check_linear<DType::q5_0, 64, false>(17, 3, seed);
+    check_linear<DType::q5_1, 64, false>(18, 1, seed);
+    check_linear<DType::q8_0, 96, false>(19, 6, seed);
+    check_linear<DType::q4_k, 256, false>(18, 5, seed);
+    check_linear<DType::q5_k, 256, false>(17, 2, seed);
+    check_linear<DType::q6_k, 256, false>(20, 6, seed);
+}
+
+BOOST_AUTO_TEST_CASE(gated_linear_static_and_dynamic_agree_bitwise) {
+    std::uint64_t const seed = testing::seeded_rng(20261201)();
+    check_linear<DType::q4_1, 96, true>(21, 6, seed);                          // SwiGLU
+    check_linear<DType::q8_0, 64, true, kernels::GeluTanhGate>(18, 5, seed);   // GeGLU
+    check_linear<DType::q4_k, 256, true, kernels::GeluTanhGate>(17, 3, seed);  // GeGLU
+    check_linear<DType::f32, 100, true>(6, 5, seed);
+}
+
+BOOST_AUTO_TEST_CASE(sampling_static_and_dynamic_agree) {
+    std::uint64_t const seed = testing::seeded_rng(20261201)();
+    check_sampling<1000>({.temperature = 0, .logprobs = true}, seed);
+    check_sampling<1000>({.temperature = 0.8f, .top_k = 40, .seed = seed}, seed);
+    check_sampling<4099>({.temperature = 1.2f, .top_p = 0.9f, .min_p = 0.01f, .seed = seed}, seed);
+    check_sampling<4099>({.temperature = 1, .seed = seed, .top_logprobs = 5}, seed);
+}
+
+BOOST_AUTO_TEST_CASE(kv_codecs_static_and_dynamic_agree_bitwise) {
+    std::uint64_t const seed = testing::seeded_rng(20261201)();
+    check_kv_codecs<64>(seed);
+    check_kv_codecs<128>(seed);
+    check_kv_codecs<256>(seed);
+}
+
 BOOST_AUTO_TEST_CASE(dynamic_shapes_a_kernel_cannot_take_are_refused) {
     using Dynamic =
         kernels::AttentionKernel<DynamicExtent, DynamicExtent, DynamicExtent, DynamicExtent>;
@@ -144,6 +315,16 @@ BOOST_AUTO_TEST_CASE(dynamic_shapes_a_kernel_cannot_take_are_refused) {
     BOOST_TEST(message([&] {
                    kernels::rope_table(DynamicExtent{63}, 1e4, &position, 1, table);
                }).find("RoPE head_dim must be even") != std::string::npos);
+    BOOST_TEST(message([] { kv::Int4Codec::check_head_dim(48); }).find("head_dim 48") !=
+               std::string::npos);
+    BOOST_TEST(message([] { kv::Int4Codec::check_head_dim(96); }).empty());
+    auto const sampled = [](int vocab) {
+        kernels::SamplingWorkspace workspace(1000);
+        std::vector<float> const logits(1000, 0.0f);
+        (void)kernels::sample_token(DynamicExtent{vocab}, logits, {.temperature = 0}, {}, 1, 0,
+                                    workspace);
+    };
+    BOOST_TEST(message([&] { sampled(999); }).find("vocabulary 999") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -8,19 +8,21 @@
 // each kernel gains from the static form (docs/specialization.md).
 #include <concepts>
 
+#include <tinfer/core/host_device.hpp>
+
 namespace tinfer {
 
 template <int N>
 struct StaticExtent {
     static constexpr bool is_static = true;
     static constexpr int value = N;
-    constexpr operator int() const noexcept { return N; }
+    TINFER_HOST_DEVICE constexpr operator int() const noexcept { return N; }
 };
 
 struct DynamicExtent {
     static constexpr bool is_static = false;
     int value = 0;
-    constexpr operator int() const noexcept { return value; }
+    TINFER_HOST_DEVICE constexpr operator int() const noexcept { return value; }
 };
 
 template <class E>

@@ -61,6 +61,7 @@
 #include <tinfer/core/dispatch.hpp>
 #include <tinfer/core/dtype.hpp>
 #include <tinfer/core/error.hpp>
+#include <tinfer/core/extent.hpp>
 #include <tinfer/format/quant_blocks.hpp>
 #include <tinfer/kernels/int8_activations.hpp>
 #include <tinfer/kernels/weight_matrix.hpp>
@@ -285,7 +286,7 @@ inline void scale_min_lanes(V const (&packed)[3], int j, V& scale, V& minimum, S
 
 // Portable: the vector version's float operations, lane by lane.
 template <DType W, int T>
-void int8_strip_tile_portable(std::byte const* strip, int cols, Int8Row const (&x)[T],
+void int8_strip_tile_portable(std::byte const* strip, Extent auto cols, Int8Row const (&x)[T],
                               float (&out)[T][int8_strip_rows]) {
     using Format = Int8StripFormat<W>;
     constexpr int R = int8_strip_rows, lane = Format::lane_bytes;
@@ -331,8 +332,8 @@ void int8_strip_tile_portable(std::byte const* strip, int cols, Int8Row const (&
 
 // Q4_K / Q5_K, portable: sub-block j of a super-block is activation block 8 sb + j.
 template <DType W, int T>
-void int8_strip_tile_k_minimum_portable(std::byte const* strip, int cols, Int8Row const (&x)[T],
-                                        float (&out)[T][int8_strip_rows]) {
+void int8_strip_tile_k_minimum_portable(std::byte const* strip, Extent auto cols,
+                                        Int8Row const (&x)[T], float (&out)[T][int8_strip_rows]) {
     using Format = Int8StripFormat<W>;
     constexpr int R = int8_strip_rows;
     float acc[T][R] = {};
@@ -377,7 +378,7 @@ void int8_strip_tile_k_minimum_portable(std::byte const* strip, int cols, Int8Ro
 // super-block sb (ql register 16 h + 8 (m % 2) + k, nibble m / 2; qh register 8 h + k, bits
 // 2m, 2m+1), its sub-blocks 8 h + 2 m and 8 h + 2 m + 1.
 template <int T>
-void int8_strip_tile_q6_k_portable(std::byte const* strip, int cols, Int8Row const (&x)[T],
+void int8_strip_tile_q6_k_portable(std::byte const* strip, Extent auto cols, Int8Row const (&x)[T],
                                    float (&out)[T][int8_strip_rows]) {
     using Format = Int8StripFormat<DType::q6_k>;
     constexpr int R = int8_strip_rows;
@@ -449,7 +450,7 @@ inline __m512i four_512(std::int8_t const* xq) {
 }
 
 template <DType W, int T>
-void int8_strip_tile_avx512(std::byte const* strip, int cols, Int8Row const (&x)[T],
+void int8_strip_tile_avx512(std::byte const* strip, Extent auto cols, Int8Row const (&x)[T],
                             float (&out)[T][int8_strip_rows]) {
     using Format = Int8StripFormat<W>;
     constexpr int K = Format::registers;
@@ -504,8 +505,8 @@ void int8_strip_tile_avx512(std::byte const* strip, int cols, Int8Row const (&x)
 }
 
 template <DType W, int T>
-void int8_strip_tile_k_minimum_avx512(std::byte const* strip, int cols, Int8Row const (&x)[T],
-                                      float (&out)[T][int8_strip_rows]) {
+void int8_strip_tile_k_minimum_avx512(std::byte const* strip, Extent auto cols,
+                                      Int8Row const (&x)[T], float (&out)[T][int8_strip_rows]) {
     using Format = Int8StripFormat<W>;
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
@@ -561,7 +562,7 @@ void int8_strip_tile_k_minimum_avx512(std::byte const* strip, int cols, Int8Row 
 }
 
 template <int T>
-void int8_strip_tile_q6_k_avx512(std::byte const* strip, int cols, Int8Row const (&x)[T],
+void int8_strip_tile_q6_k_avx512(std::byte const* strip, Extent auto cols, Int8Row const (&x)[T],
                                  float (&out)[T][int8_strip_rows]) {
     using Format = Int8StripFormat<DType::q6_k>;
     __m512 acc[T];
@@ -657,7 +658,7 @@ inline void prefetch_block(std::byte const* p) {
 // per 16-bit lane) and are widened at once, and the +128 shift's 128 sum(x) is added as an
 // integer, so the int32 sums are exactly the VNNI ones.
 template <DType W, int T>
-void int8_strip_tile_avx2(std::byte const* strip, int cols, Int8Row const (&x)[T],
+void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row const (&x)[T],
                           float (&out)[T][int8_strip_rows]) {
     using Format = Int8StripFormat<W>;
     constexpr int K = Format::registers, halves = 2;
@@ -739,7 +740,7 @@ void int8_strip_tile_avx2(std::byte const* strip, int cols, Int8Row const (&x)[T
 }
 
 template <DType W, int T>
-void int8_strip_tile_k_minimum_avx2(std::byte const* strip, int cols, Int8Row const (&x)[T],
+void int8_strip_tile_k_minimum_avx2(std::byte const* strip, Extent auto cols, Int8Row const (&x)[T],
                                     float (&out)[T][int8_strip_rows]) {
     using Format = Int8StripFormat<W>;
     constexpr int halves = 2;
@@ -875,7 +876,7 @@ void int8_strip_tile_k_minimum_avx2(std::byte const* strip, int cols, Int8Row co
 // at once into one int32 sum per block and sub-block, started at -32 sum(x) of its 16
 // activations.
 template <int T>
-void int8_strip_tile_q6_k_avx2(std::byte const* strip, int cols, Int8Row const (&x)[T],
+void int8_strip_tile_q6_k_avx2(std::byte const* strip, Extent auto cols, Int8Row const (&x)[T],
                                float (&out)[T][int8_strip_rows]) {
     using Format = Int8StripFormat<DType::q6_k>;
     constexpr int halves = 2;
@@ -955,9 +956,10 @@ void int8_strip_tile_q6_k_avx2(std::byte const* strip, int cols, Int8Row const (
 
 }  // namespace detail
 
-// out[t][r] = row r of the strip . x[t], the strip in the layout above with `cols` columns.
+// out[t][r] = row r of the strip . x[t], the strip in the layout above with `cols` columns (a
+// static or a dynamic extent, core/extent.hpp: the same source either way).
 template <DType W, int T, Isa isa = Isa::native>
-inline void int8_strip_tile(std::byte const* strip, int cols, Int8Row const (&x)[T],
+inline void int8_strip_tile(std::byte const* strip, Extent auto cols, Int8Row const (&x)[T],
                             float (&out)[T][int8_strip_rows]) {
     static_assert(
         has_int8_dot(W),

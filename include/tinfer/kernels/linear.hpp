@@ -30,6 +30,7 @@
 #include <omp.h>
 
 #include <tinfer/core/error.hpp>
+#include <tinfer/core/extent.hpp>
 #include <tinfer/kernels/activation_math.hpp>
 #include <tinfer/kernels/int8_activations.hpp>
 #include <tinfer/kernels/int8_dot.hpp>
@@ -69,9 +70,11 @@ namespace detail {
 
 // y[t * y_stride + r] = w_rows[r] . x_rows[t] for an R x T tile, each dot in kernels::dot's
 // order: the (r, t) accumulator sees exactly the operations it would see in any other tile shape.
-template <int R, int T>
-inline void float_tile(float const* const (&w_rows)[R], float const* const (&x_rows)[T], int cols,
-                       float (&out)[R][T]) {
+// `cols` (the input features) static or dynamic: the same source either way (core/extent.hpp).
+template <int R, int T, Extent Cols>
+inline void float_tile(float const* const (&w_rows)[R], float const* const (&x_rows)[T],
+                       Cols cols_extent, float (&out)[R][T]) {
+    int const cols = static_cast<int>(cols_extent);
     float lanes[R][T][reduction_lanes] = {};
     int const full = cols - cols % reduction_lanes;
     for (int k = 0; k < full; k += reduction_lanes) {
@@ -94,17 +97,21 @@ inline void float_tile(float const* const (&w_rows)[R], float const* const (&x_r
 }
 
 // R weight rows ready for products with float activations: decoded once into `buffer`.
-template <DType W, int R>
+// `cols` is w.cols, as a static or a dynamic extent.
+template <DType W, int R, Extent Cols = DynamicExtent>
 struct FloatStrip {
     float const* rows[R];
-    int cols;
-    FloatStrip(WeightMatrix const& w, int first_row, float* buffer) : cols(w.cols) {
+    [[no_unique_address]] Cols cols;
+    FloatStrip(WeightMatrix const& w, Cols c, int first_row, float* buffer) : cols(c) {
+        int const width = static_cast<int>(cols);
+        std::size_t const stored = row_bytes<W>(width);
         for (int r = 0; r < R; ++r) {
+            std::byte const* row = w.data + static_cast<std::size_t>(first_row + r) * stored;
             if constexpr (W == DType::f32) {
-                rows[r] = reinterpret_cast<float const*>(row_pointer<W>(w, first_row + r));
+                rows[r] = reinterpret_cast<float const*>(row);
             } else {
-                float* decoded = buffer + static_cast<std::size_t>(r) * w.cols;
-                dequantize_row<W>(row_pointer<W>(w, first_row + r), w.cols, decoded);
+                float* decoded = buffer + static_cast<std::size_t>(r) * width;
+                dequantize_row<W>(row, width, decoded);
                 rows[r] = decoded;
             }
         }
@@ -126,16 +133,16 @@ inline void store_output(float* y, std::size_t y_stride, int token, int row, flo
 
 // Strip `strip` of an int8-strip matrix times tokens [first, last): emit(t0, out[T][16]) per
 // tile of linear_token_tile tokens, then per token.
-template <DType W, Isa isa, class Emit>
-inline void int8_strip_products(WeightMatrix const& w, int strip, Int8Rows x, int first, int last,
-                                Emit&& emit) {
-    std::byte const* p =
-        w.data + static_cast<std::size_t>(strip) * Int8StripFormat<W>::strip_bytes(w.cols);
+template <DType W, Isa isa, Extent Cols, class Emit>
+inline void int8_strip_products(Cols cols, WeightMatrix const& w, int strip, Int8Rows x, int first,
+                                int last, Emit&& emit) {
+    std::byte const* p = w.data + static_cast<std::size_t>(strip) *
+                                      Int8StripFormat<W>::strip_bytes(static_cast<int>(cols));
     auto const tile = [&]<int T>(int t0) {
         Int8Row rows[T];
-        for (int t = 0; t < T; ++t) rows[t] = x.row(t0 + t, w.cols);
+        for (int t = 0; t < T; ++t) rows[t] = x.row(t0 + t, static_cast<int>(cols));
         float out[T][int8_strip_rows];
-        int8_strip_tile<W, T, isa>(p, w.cols, rows, out);
+        int8_strip_tile<W, T, isa>(p, cols, rows, out);
         emit(t0, out);
     };
     int t = first;
@@ -215,12 +222,15 @@ inline void share_strips(int rows, int tokens, int chunk, Run&& run) {
 // over the enclosing team without a closing barrier. Float rows: W in the GGUF layout, buffer
 // this thread's linear_scratch_floats(w.cols) floats. Int8 rows: W repacked into int8 strips
 // (repack_int8_strips; needs has_int8_dot(W)), no buffer.
-template <DType W, Isa isa = Isa::native>
-void linear_team(WeightMatrix const& w, FloatRows x, int tokens, float* y, std::size_t y_stride,
-                 Store store, float* buffer) {
+//
+// `cols` is w.cols as an extent (core/extent.hpp): the overload without it takes it at run time,
+// the form the model uses. bench/specialization measures the static form (docs/specialization.md).
+template <DType W, Isa isa = Isa::native, Extent Cols>
+void linear_team(Cols cols, WeightMatrix const& w, FloatRows x, int tokens, float* y,
+                 std::size_t y_stride, Store store, float* buffer) {
     detail::share_strips(w.rows, tokens, linear_token_chunk(x.stride * sizeof(float)),
                          [&]<int R>(int first_row, int first, int last) {
-                             detail::FloatStrip<W, R> const strip(w, first_row, buffer);
+                             detail::FloatStrip<W, R, Cols> const strip(w, cols, first_row, buffer);
                              detail::sweep_tokens<decltype(strip), R>(
                                  strip, x, first, last, [&]<int T>(int t0, float(&out)[R][T]) {
                                      for (int t = 0; t < T; ++t)
@@ -232,15 +242,21 @@ void linear_team(WeightMatrix const& w, FloatRows x, int tokens, float* y, std::
 }
 
 template <DType W, Isa isa = Isa::native>
-void linear_team(WeightMatrix const& w, Int8Rows x, int tokens, float* y, std::size_t y_stride,
-                 Store store, float* /*buffer*/ = nullptr) {
+void linear_team(WeightMatrix const& w, FloatRows x, int tokens, float* y, std::size_t y_stride,
+                 Store store, float* buffer) {
+    linear_team<W, isa>(DynamicExtent{w.cols}, w, x, tokens, y, y_stride, store, buffer);
+}
+
+template <DType W, Isa isa = Isa::native, Extent Cols>
+void linear_team(Cols cols, WeightMatrix const& w, Int8Rows x, int tokens, float* y,
+                 std::size_t y_stride, Store store, float* /*buffer*/ = nullptr) {
     static_assert(has_int8_dot(W),
                   "linear_team: int8 activations need weights with an int8 dot (has_int8_dot)");
     detail::share_int8_strips(w.rows, tokens, x.stride, [&](int strip, int first, int last) {
         int const first_row = strip * int8_strip_rows;
         int const rows = detail::strip_rows(w.rows, strip);
         detail::int8_strip_products<W, isa>(
-            w, strip, x, first, last, [&]<int T>(int t0, float(&out)[T][int8_strip_rows]) {
+            cols, w, strip, x, first, last, [&]<int T>(int t0, float(&out)[T][int8_strip_rows]) {
                 for (int t = 0; t < T; ++t)
                     for (int r = 0; r < rows; ++r)
                         detail::store_output(y, y_stride, t0 + t, first_row + r, out[t][r], store);
@@ -248,19 +264,26 @@ void linear_team(WeightMatrix const& w, Int8Rows x, int tokens, float* y, std::s
     });
 }
 
+template <DType W, Isa isa = Isa::native>
+void linear_team(WeightMatrix const& w, Int8Rows x, int tokens, float* y, std::size_t y_stride,
+                 Store store, float* buffer = nullptr) {
+    linear_team<W, isa>(DynamicExtent{w.cols}, w, x, tokens, y, y_stride, store, buffer);
+}
+
 // The gated FFN's first half: out [tokens][out_stride] = act(x . G^T) * (x . U^T), act SiLU
 // (SwiGLU) or GELU-tanh (GeGLU), both products of a row computed by the same thread and
 // combined before they are stored. Float rows: buffer is linear_scratch_floats(cols) floats of
 // this thread. Int8 rows: both matrices repacked into int8 strips.
-template <DType W, Isa isa = Isa::native, GateActivation Activation = SiluGate>
-void gated_linear_team(WeightMatrix const& gate, WeightMatrix const& up, FloatRows x, int tokens,
-                       float* out, std::size_t out_stride, float* buffer) {
-    std::size_t const second = static_cast<std::size_t>(linear_row_tile) * gate.cols;
+// `cols` is the matrices' cols as an extent, as for linear_team.
+template <DType W, Isa isa = Isa::native, GateActivation Activation = SiluGate, Extent Cols>
+void gated_linear_team(Cols cols, WeightMatrix const& gate, WeightMatrix const& up, FloatRows x,
+                       int tokens, float* out, std::size_t out_stride, float* buffer) {
+    std::size_t const second = static_cast<std::size_t>(linear_row_tile) * static_cast<int>(cols);
     detail::share_strips(gate.rows, tokens, linear_token_chunk(x.stride * sizeof(float)),
                          [&]<int R>(int first_row, int first, int last) {
-                             using Strip = detail::FloatStrip<W, R>;
-                             Strip const gate_strip(gate, first_row, buffer);
-                             Strip const up_strip(up, first_row, buffer + second);
+                             using Strip = detail::FloatStrip<W, R, Cols>;
+                             Strip const gate_strip(gate, cols, first_row, buffer);
+                             Strip const up_strip(up, cols, first_row, buffer + second);
                              detail::sweep_tokens<Strip, R>(
                                  gate_strip, x, first, last, [&]<int T>(int t0, float(&g)[R][T]) {
                                      float u[R][T];
@@ -277,28 +300,43 @@ void gated_linear_team(WeightMatrix const& gate, WeightMatrix const& up, FloatRo
 }
 
 template <DType W, Isa isa = Isa::native, GateActivation Activation = SiluGate>
-void gated_linear_team(WeightMatrix const& gate, WeightMatrix const& up, Int8Rows x, int tokens,
-                       float* out, std::size_t out_stride, float* /*buffer*/ = nullptr) {
+void gated_linear_team(WeightMatrix const& gate, WeightMatrix const& up, FloatRows x, int tokens,
+                       float* out, std::size_t out_stride, float* buffer) {
+    gated_linear_team<W, isa, Activation>(DynamicExtent{gate.cols}, gate, up, x, tokens, out,
+                                          out_stride, buffer);
+}
+
+template <DType W, Isa isa = Isa::native, GateActivation Activation = SiluGate, Extent Cols>
+void gated_linear_team(Cols cols, WeightMatrix const& gate, WeightMatrix const& up, Int8Rows x,
+                       int tokens, float* out, std::size_t out_stride,
+                       float* /*buffer*/ = nullptr) {
     static_assert(
         has_int8_dot(W),
         "gated_linear_team: int8 activations need weights with an int8 dot (has_int8_dot)");
-    std::size_t const strip_bytes = Int8StripFormat<W>::strip_bytes(up.cols);
+    std::size_t const strip_bytes = Int8StripFormat<W>::strip_bytes(static_cast<int>(cols));
     detail::share_int8_strips(gate.rows, tokens, x.stride, [&](int strip, int first, int last) {
         int const first_row = strip * int8_strip_rows;
         int const rows = detail::strip_rows(gate.rows, strip);
         std::byte const* up_strip = up.data + static_cast<std::size_t>(strip) * strip_bytes;
         detail::int8_strip_products<W, isa>(
-            gate, strip, x, first, last, [&]<int T>(int t0, float(&g)[T][int8_strip_rows]) {
+            cols, gate, strip, x, first, last, [&]<int T>(int t0, float(&g)[T][int8_strip_rows]) {
                 Int8Row x_rows[T];
-                for (int t = 0; t < T; ++t) x_rows[t] = x.row(t0 + t, up.cols);
+                for (int t = 0; t < T; ++t) x_rows[t] = x.row(t0 + t, static_cast<int>(cols));
                 float u[T][int8_strip_rows];
-                int8_strip_tile<W, T, isa>(up_strip, up.cols, x_rows, u);
+                int8_strip_tile<W, T, isa>(up_strip, cols, x_rows, u);
                 for (int t = 0; t < T; ++t) {
                     float* row = out + static_cast<std::size_t>(t0 + t) * out_stride + first_row;
                     for (int r = 0; r < rows; ++r) row[r] = Activation::apply(g[t][r]) * u[t][r];
                 }
             });
     });
+}
+
+template <DType W, Isa isa = Isa::native, GateActivation Activation = SiluGate>
+void gated_linear_team(WeightMatrix const& gate, WeightMatrix const& up, Int8Rows x, int tokens,
+                       float* out, std::size_t out_stride, float* buffer = nullptr) {
+    gated_linear_team<W, isa, Activation>(DynamicExtent{up.cols}, gate, up, x, tokens, out,
+                                          out_stride, buffer);
 }
 
 // The checks a caller runs before entering a parallel region (which cannot throw).

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include <tinfer/core/error.hpp>
+#include <tinfer/core/extent.hpp>
 #include <tinfer/core/philox.hpp>
 #include <tinfer/kernels/cuda/sampling_exp.hpp>
 
@@ -215,9 +216,11 @@ inline std::int32_t top_p_prefix(std::int32_t* candidates, std::int32_t count, f
 // in no particular order, with their unnormalised weights in workspace.weights. Every consumer
 // of the filtered distribution (the sampler, speculative verification) goes through here, so
 // they agree on it exactly.
-inline std::int32_t select_candidates(SamplingParams const& params, std::int32_t best,
-                                      SamplingWorkspace& workspace) {
-    std::int32_t const vocab = workspace.vocab();
+// `vocab_extent` is workspace.vocab() as an extent (core/extent.hpp), static or dynamic from
+// this one source; bench/specialization measures both.
+inline std::int32_t select_candidates(Extent auto vocab_extent, SamplingParams const& params,
+                                      std::int32_t best, SamplingWorkspace& workspace) {
+    std::int32_t const vocab = static_cast<int>(vocab_extent);
     float const* const logits = workspace.logits.data();
     float* const weights = workspace.weights.data();
     std::int32_t* const candidates = workspace.candidates.data();
@@ -277,12 +280,17 @@ inline std::int32_t select_candidates(SamplingParams const& params, std::int32_t
     return count;
 }
 
+inline std::int32_t select_candidates(SamplingParams const& params, std::int32_t best,
+                                      SamplingWorkspace& workspace) {
+    return select_candidates(DynamicExtent{workspace.vocab()}, params, best, workspace);
+}
+
 // Draws from the filtered distribution of select_candidates.
-inline std::int32_t draw_filtered(SamplingParams const& params, std::int32_t best,
-                                  std::uint64_t request_id, std::uint32_t step,
+inline std::int32_t draw_filtered(Extent auto vocab_extent, SamplingParams const& params,
+                                  std::int32_t best, std::uint64_t request_id, std::uint32_t step,
                                   SamplingWorkspace& workspace) {
-    std::int32_t const vocab = workspace.vocab();
-    std::int32_t const count = select_candidates(params, best, workspace);
+    std::int32_t const vocab = static_cast<int>(vocab_extent);
+    std::int32_t const count = select_candidates(vocab_extent, params, best, workspace);
     float const* const weights = workspace.weights.data();
     std::int32_t const* const candidates = workspace.candidates.data();
 
@@ -359,14 +367,18 @@ inline void apply_penalties_and_bias(std::span<float> logits, SamplingParams con
     for (auto const& [token, bias] : params.logit_bias) logits[token] += bias;
 }
 
-// Samples the next token of request `request_id` after `step` generated tokens.
-inline SampledToken sample_token(std::span<float const> logits, SamplingParams const& params,
-                                 TokenHistory history, std::uint64_t request_id, std::uint32_t step,
+// Samples the next token of request `request_id` after `step` generated tokens. `vocab_extent`
+// is the vocabulary as a static or dynamic extent (core/extent.hpp); the overload without it
+// takes the workspace's at run time.
+inline SampledToken sample_token(Extent auto vocab_extent, std::span<float const> logits,
+                                 SamplingParams const& params, TokenHistory history,
+                                 std::uint64_t request_id, std::uint32_t step,
                                  SamplingWorkspace& workspace) {
-    std::int32_t const vocab = workspace.vocab();
-    if (logits.size() != workspace.logits.size())
+    std::int32_t const vocab = static_cast<int>(vocab_extent);
+    if (logits.size() != workspace.logits.size() || vocab != workspace.vocab())
         throw Error("sample_token: logits has " + std::to_string(logits.size()) +
-                    " entries, the workspace was made for vocab " + std::to_string(vocab));
+                    " entries and the vocabulary " + std::to_string(vocab) +
+                    ", the workspace was made for vocab " + std::to_string(workspace.vocab()));
     validate(params, vocab);
     constexpr float negative_infinity = -std::numeric_limits<float>::infinity();
 
@@ -387,8 +399,9 @@ inline SampledToken sample_token(std::span<float const> logits, SamplingParams c
     if (best < 0) throw detail::all_logits_masked_error();
 
     std::int32_t const token =
-        params.temperature == 0 ? best
-                                : detail::draw_filtered(params, best, request_id, step, workspace);
+        params.temperature == 0
+            ? best
+            : detail::draw_filtered(vocab_extent, params, best, request_id, step, workspace);
 
     if (!params.logprobs && params.top_logprobs == 0) return {token, std::nullopt, {}};
 
@@ -414,6 +427,13 @@ inline SampledToken sample_token(std::span<float const> logits, SamplingParams c
         return TokenLogprob{id, raw_logprob(id)};
     });
     return {token, raw_logprob(token), top};
+}
+
+inline SampledToken sample_token(std::span<float const> logits, SamplingParams const& params,
+                                 TokenHistory history, std::uint64_t request_id, std::uint32_t step,
+                                 SamplingWorkspace& workspace) {
+    return sample_token(DynamicExtent{workspace.vocab()}, logits, params, history, request_id, step,
+                        workspace);
 }
 
 }  // namespace tinfer::kernels

@@ -13,10 +13,13 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <string_view>
 #include <type_traits>
 
 #include <tinfer/core/dtype.hpp>
+#include <tinfer/core/error.hpp>
+#include <tinfer/core/extent.hpp>
 #include <tinfer/core/fp8.hpp>
 #include <tinfer/core/half.hpp>
 #include <tinfer/core/host_device.hpp>
@@ -68,13 +71,23 @@ struct Fp32Codec {
     template <int HeadDim>
     static constexpr std::size_t vector_bytes = HeadDim * sizeof(float);
 
+    TINFER_HOST_DEVICE static void encode(Extent auto head_dim, float const* vector,
+                                          std::byte* out) {
+        std::memcpy(out, vector,
+                    static_cast<std::size_t>(static_cast<int>(head_dim)) * sizeof(float));
+    }
+    TINFER_HOST_DEVICE static void decode(Extent auto head_dim, std::byte const* in, float* out) {
+        std::memcpy(out, in, static_cast<std::size_t>(static_cast<int>(head_dim)) * sizeof(float));
+    }
+    // The forms the cache and the kernels call: HeadDim a template argument, the extent forms
+    // above with a static extent (bench/specialization measures them against a dynamic one).
     template <int HeadDim>
     TINFER_HOST_DEVICE static void encode(float const* vector, std::byte* out) {
-        std::memcpy(out, vector, vector_bytes<HeadDim>);
+        encode(StaticExtent<HeadDim>{}, vector, out);
     }
     template <int HeadDim>
     TINFER_HOST_DEVICE static void decode(std::byte const* in, float* out) {
-        std::memcpy(out, in, vector_bytes<HeadDim>);
+        decode(StaticExtent<HeadDim>{}, in, out);
     }
 };
 
@@ -108,20 +121,29 @@ struct HalfCodec {
     template <int HeadDim>
     static constexpr std::size_t vector_bytes = HeadDim * sizeof(std::uint16_t);
 
-    template <int HeadDim>
-    TINFER_HOST_DEVICE static void encode(float const* vector, std::byte* out) {
-        for (int i = 0; i < HeadDim; ++i) {
+    TINFER_HOST_DEVICE static void encode(Extent auto head_dim, float const* vector,
+                                          std::byte* out) {
+        for (int i = 0; i < static_cast<int>(head_dim); ++i) {
             std::uint16_t const bits = Format::to_bits(vector[i]);
             std::memcpy(out + i * sizeof bits, &bits, sizeof bits);
         }
     }
-    template <int HeadDim>
-    TINFER_HOST_DEVICE static void decode(std::byte const* in, float* out) {
-        for (int i = 0; i < HeadDim; ++i) {
+    TINFER_HOST_DEVICE static void decode(Extent auto head_dim, std::byte const* in, float* out) {
+        for (int i = 0; i < static_cast<int>(head_dim); ++i) {
             std::uint16_t bits;
             std::memcpy(&bits, in + i * sizeof bits, sizeof bits);
             out[i] = Format::from_bits(bits);
         }
+    }
+    // The forms the cache and the kernels call: HeadDim a template argument, the extent forms
+    // above with a static extent (bench/specialization measures them against a dynamic one).
+    template <int HeadDim>
+    TINFER_HOST_DEVICE static void encode(float const* vector, std::byte* out) {
+        encode(StaticExtent<HeadDim>{}, vector, out);
+    }
+    template <int HeadDim>
+    TINFER_HOST_DEVICE static void decode(std::byte const* in, float* out) {
+        decode(StaticExtent<HeadDim>{}, in, out);
     }
 };
 
@@ -137,22 +159,31 @@ struct Fp8Codec {
     template <int HeadDim>
     static constexpr std::size_t vector_bytes = sizeof(float) + HeadDim * sizeof(Fp8Type);
 
-    template <int HeadDim>
-    TINFER_HOST_DEVICE static void encode(float const* vector, std::byte* out) {
-        float const scale = scale_for(codec_detail::max_abs(vector, HeadDim));
+    TINFER_HOST_DEVICE static void encode(Extent auto head_dim, float const* vector,
+                                          std::byte* out) {
+        float const scale = scale_for(codec_detail::max_abs(vector, head_dim));
         codec_detail::store_float(scale, out);
-        for (int i = 0; i < HeadDim; ++i) {
+        for (int i = 0; i < static_cast<int>(head_dim); ++i) {
             out[sizeof(float) + i] =
                 static_cast<std::byte>(Fp8Type::from_float(vector[i] / scale).bits());
         }
     }
-    template <int HeadDim>
-    TINFER_HOST_DEVICE static void decode(std::byte const* in, float* out) {
+    TINFER_HOST_DEVICE static void decode(Extent auto head_dim, std::byte const* in, float* out) {
         float const scale = codec_detail::load_float(in);
-        for (int i = 0; i < HeadDim; ++i) {
+        for (int i = 0; i < static_cast<int>(head_dim); ++i) {
             auto const bits = static_cast<std::uint8_t>(in[sizeof(float) + i]);
             out[i] = Fp8Type::from_bits(bits).to_float() * scale;
         }
+    }
+    // The forms the cache and the kernels call: HeadDim a template argument, the extent forms
+    // above with a static extent (bench/specialization measures them against a dynamic one).
+    template <int HeadDim>
+    TINFER_HOST_DEVICE static void encode(float const* vector, std::byte* out) {
+        encode(StaticExtent<HeadDim>{}, vector, out);
+    }
+    template <int HeadDim>
+    TINFER_HOST_DEVICE static void decode(std::byte const* in, float* out) {
+        decode(StaticExtent<HeadDim>{}, in, out);
     }
 
     // Never below the smallest normal float: an all-zero vector still divides by something.
@@ -173,21 +204,30 @@ struct Int8Codec {
     template <int HeadDim>
     static constexpr std::size_t vector_bytes = sizeof(float) + HeadDim * sizeof(std::int8_t);
 
-    template <int HeadDim>
-    TINFER_HOST_DEVICE static void encode(float const* vector, std::byte* out) {
-        float const scale = int8_scale_for(codec_detail::max_abs(vector, HeadDim));
+    TINFER_HOST_DEVICE static void encode(Extent auto head_dim, float const* vector,
+                                          std::byte* out) {
+        float const scale = int8_scale_for(codec_detail::max_abs(vector, head_dim));
         float const inv_scale = 1.0f / scale;
         codec_detail::store_float(scale, out);
-        for (int i = 0; i < HeadDim; ++i) {
+        for (int i = 0; i < static_cast<int>(head_dim); ++i) {
             out[sizeof(float) + i] = static_cast<std::byte>(quantize_int8(vector[i], inv_scale));
         }
     }
-    template <int HeadDim>
-    TINFER_HOST_DEVICE static void decode(std::byte const* in, float* out) {
+    TINFER_HOST_DEVICE static void decode(Extent auto head_dim, std::byte const* in, float* out) {
         float const scale = codec_detail::load_float(in);
-        for (int i = 0; i < HeadDim; ++i) {
+        for (int i = 0; i < static_cast<int>(head_dim); ++i) {
             out[i] = dequantize_int8(static_cast<std::int8_t>(in[sizeof(float) + i]), scale);
         }
+    }
+    // The forms the cache and the kernels call: HeadDim a template argument, the extent forms
+    // above with a static extent (bench/specialization measures them against a dynamic one).
+    template <int HeadDim>
+    TINFER_HOST_DEVICE static void encode(float const* vector, std::byte* out) {
+        encode(StaticExtent<HeadDim>{}, vector, out);
+    }
+    template <int HeadDim>
+    TINFER_HOST_DEVICE static void decode(std::byte const* in, float* out) {
+        decode(StaticExtent<HeadDim>{}, in, out);
     }
 };
 
@@ -211,11 +251,18 @@ struct Int4Codec {
     template <int HeadDim>
     static constexpr std::size_t vector_bytes = Int4Layout<HeadDim>::bytes;
 
-    template <int HeadDim>
-    TINFER_HOST_DEVICE static void encode(float const* vector, std::byte* out) {
-        using Layout = Int4Layout<HeadDim>;
-        std::byte* codes = out + Layout::metadata_bytes;
-        for (int g = 0; g < Layout::groups; ++g) {
+    // A dynamic head_dim must be a multiple of int4_group_size (check_head_dim); a static one
+    // is checked by Int4Layout at compile time.
+    static void check_head_dim(int head_dim) {
+        if (head_dim <= 0 || head_dim % int4_group_size != 0)
+            throw Error("Int4Codec: head_dim " + std::to_string(head_dim) +
+                        " is not a positive multiple of int4_group_size (32)");
+    }
+    TINFER_HOST_DEVICE static void encode(Extent auto head_dim, float const* vector,
+                                          std::byte* out) {
+        int const groups = static_cast<int>(head_dim) / int4_group_size;
+        std::byte* codes = out + groups * sizeof(Int4Group);
+        for (int g = 0; g < groups; ++g) {
             float const* group_values = vector + g * int4_group_size;
             Int4Group const group = int4_group_params(group_values, int4_group_size);
             std::memcpy(out + g * sizeof(Int4Group), &group, sizeof group);
@@ -228,11 +275,10 @@ struct Int4Codec {
             }
         }
     }
-    template <int HeadDim>
-    TINFER_HOST_DEVICE static void decode(std::byte const* in, float* out) {
-        using Layout = Int4Layout<HeadDim>;
-        std::byte const* codes = in + Layout::metadata_bytes;
-        for (int g = 0; g < Layout::groups; ++g) {
+    TINFER_HOST_DEVICE static void decode(Extent auto head_dim, std::byte const* in, float* out) {
+        int const groups = static_cast<int>(head_dim) / int4_group_size;
+        std::byte const* codes = in + groups * sizeof(Int4Group);
+        for (int g = 0; g < groups; ++g) {
             Int4Group group;
             std::memcpy(&group, in + g * sizeof(Int4Group), sizeof group);
             for (int i = 0; i < int4_group_size; ++i) {
@@ -241,6 +287,16 @@ struct Int4Codec {
                 out[element] = dequantize_int4(unpack_nibble(packed, element % 2), group);
             }
         }
+    }
+    template <int HeadDim>
+    TINFER_HOST_DEVICE static void encode(float const* vector, std::byte* out) {
+        (void)Int4Layout<HeadDim>::bytes;  // refuses a head_dim the groups do not divide
+        encode(StaticExtent<HeadDim>{}, vector, out);
+    }
+    template <int HeadDim>
+    TINFER_HOST_DEVICE static void decode(std::byte const* in, float* out) {
+        (void)Int4Layout<HeadDim>::bytes;
+        decode(StaticExtent<HeadDim>{}, in, out);
     }
 };
 
