@@ -37,6 +37,7 @@
 
 #include <tinfer/config/validate.hpp>
 #include <tinfer/core/error.hpp>
+#include <tinfer/core/extent.hpp>
 #include <tinfer/kv/block_pool.hpp>
 #include <tinfer/kv/codec.hpp>
 #include <tinfer/kv/layer_groups.hpp>
@@ -178,8 +179,11 @@ class PagedKvCache {
                 std::byte const* vector =
                     storage_ + static_cast<std::size_t>(block) * bytes_per_block + head_offset +
                     static_cast<std::size_t>(slot) * VectorBytes;
+                // head_dim at run time: the static form measured 0.87-0.99x this one on decode
+                // through every codec at head_dim 64/128/256 (bench/specialization,
+                // docs/specialization.md), so one decode per codec serves every shape.
                 for (int i = 0; i < run; ++i, vector += VectorBytes, out += Cfg.head_dim) {
-                    Codec::template decode<Cfg.head_dim>(vector, out);
+                    Codec::decode(DynamicExtent{Cfg.head_dim}, vector, out);
                 }
                 position += run;
             }
@@ -543,11 +547,12 @@ class PagedKvCache {
         }
         std::byte* base = block_data(block);
         auto const slot = static_cast<std::size_t>(position % BlockSize);
+        // head_dim at run time: the static form measured 0.95-1.08x this one on append through
+        // every codec at head_dim 64/128/256 (bench/specialization, docs/specialization.md).
+        DynamicExtent const head_dim{Cfg.head_dim};
         for (int h = 0; h < Cfg.kv_heads; ++h) {
-            KCodec::template encode<Cfg.head_dim>(k + h * Cfg.head_dim,
-                                                  base + key_offset(layer, h, slot));
-            VCodec::template encode<Cfg.head_dim>(v + h * Cfg.head_dim,
-                                                  base + value_offset(layer, h, slot));
+            KCodec::encode(head_dim, k + h * Cfg.head_dim, base + key_offset(layer, h, slot));
+            VCodec::encode(head_dim, v + h * Cfg.head_dim, base + value_offset(layer, h, slot));
         }
         int& written = s.written[static_cast<std::size_t>(layer)];
         written = std::max(written, position + 1);

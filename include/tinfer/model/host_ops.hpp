@@ -197,6 +197,10 @@ class HostOps {
     void gated_ffn(kernels::WeightMatrix const& gate, kernels::WeightMatrix const& up) {
         using Gate = typename Plan::Gate;
         constexpr int ffn = local.ffn;
+        // The input width at run time (the overloads without an extent): the static form
+        // measured 0.99-1.05x on the float rows and 0.99-1.08x on the int8 strips, SmolLM2's and
+        // Gemma 3's gate/up pairs at 1 and 128 tokens (bench/specialization,
+        // docs/specialization.md): not enough for an instantiation per weight type and width.
         if (gate.type == up.type) {
             kernels::dispatch_weight_type(gate.type, [&]<DType W>() {
                 if constexpr (int8_precision && kernels::has_int8_dot(W)) {
@@ -273,7 +277,10 @@ class HostOps {
                                        ws_.quantized_row(row));
     }
 
-    // y = x . W^T (or +=) over the team with the kernel of W's own type; no barrier.
+    // y = x . W^T (or +=) over the team with the kernel of W's own type; no barrier. The input
+    // width at run time: the static form measured 0.98-1.04x on the weight types the files
+    // hold (f16: 1.10x, no shipped file's matrices), 0.92-1.01x on the int8 strips
+    // (bench/specialization, docs/specialization.md).
     void project(kernels::WeightMatrix const& w, Activations input, float* y, std::size_t y_stride,
                  kernels::Store store) {
         auto const [x, width] = input_of(input);
