@@ -197,15 +197,15 @@ class HostOps {
     void gated_ffn(kernels::WeightMatrix const& gate, kernels::WeightMatrix const& up) {
         using Gate = typename Plan::Gate;
         constexpr int ffn = local.ffn;
-        // The input width at run time (the overloads without an extent): the static form
-        // measured 0.99-1.05x on the float rows and 0.99-1.08x on the int8 strips, SmolLM2's and
-        // Gemma 3's gate/up pairs at 1 and 128 tokens (bench/specialization,
-        // docs/specialization.md): not enough for an instantiation per weight type and width.
+        // The input width: static on the int8 strips, whose static form measured 1.07-1.08x at
+        // SmolLM2's 128-token prefill in two runs (1.00-1.01x at decode); at run time on the
+        // float rows, 1.01-1.05x (bench/specialization, docs/specialization.md).
         if (gate.type == up.type) {
             kernels::dispatch_weight_type(gate.type, [&]<DType W>() {
                 if constexpr (int8_precision && kernels::has_int8_dot(W)) {
                     kernels::gated_linear_team<W, kernels::Isa::native, Gate>(
-                        gate, up, ws_.quantized_rows(), rows_, ws_.gate.data(), ffn, scratch_);
+                        StaticExtent<Cfg.hidden>{}, gate, up, ws_.quantized_rows(), rows_,
+                        ws_.gate.data(), ffn, scratch_);
                 } else {
                     kernels::gated_linear_team<W, kernels::Isa::native, Gate>(
                         gate, up, kernels::FloatRows{ws_.normed.data(), Cfg.hidden}, rows_,
