@@ -121,7 +121,7 @@ inline std::string pipeline_tables_markdown() {
             out += "| " + std::string(m.name) + " | " + std::to_string(stages) + " | " +
                    std::to_string(m.config.layers / stages) + " | " +
                    bytes(pp_layer_weight_bytes_per_stage(m.config, stages)) + " | " +
-                   bytes(m.config.kv_bytes_per_token() / stages) + " | " +
+                   bytes(m.config.kv_bytes_per_token(quoted_kv) / stages) + " | " +
                    bytes(pp_bytes_per_boundary_per_token(m.config, activations)) + " | " +
                    bytes(pp_bytes_per_boundary_per_step(m.config, activations, batch)) + " | " +
                    milliseconds(pp_seconds_per_boundary_per_step(m.config, activations, batch,
