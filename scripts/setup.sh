@@ -4,8 +4,8 @@
 set -euo pipefail
 packages=(cmake g++ clang libclang-rt-14-dev clang-16 libclang-rt-16-dev libomp-dev
           libboost-test-dev libutf8proc-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
-          openmpi-bin libopenmpi-dev python3 python3-pip python3-jsonschema gnuplot-nox
-          libopenblas-dev libsimde-dev)
+          openmpi-bin libopenmpi-dev python3 python3-pip python3-jsonschema python3-jinja2
+          gnuplot-nox libopenblas-dev libsimde-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

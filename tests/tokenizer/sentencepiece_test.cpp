@@ -313,6 +313,16 @@ BOOST_AUTO_TEST_CASE(files_pick_the_tokenizer_by_model) {
         BOOST_TEST(t.add_space_prefix());
         BOOST_TEST(t.encode_prompt("hi") == (std::vector<tok::TokenId>{1, 7}));
         BOOST_TEST((tok::chat_template_from_gguf(file).format() == tok::ChatFormat::chatml));
+        // A template's {{ bos_token }} renders as nothing where the tokenizer adds BOS: one BOS.
+        spm.writer.add("tokenizer.chat_template",
+                       tinfer::gguf::Value(
+                           std::string("{{ bos_token }}{{ messages[0].content }}{{ eos_token }}")));
+        auto const templated = spm.file();
+        std::vector<tok::ChatMessage> const messages{{"user", "hi"}};
+        std::string const rendered =
+            tok::chat_template_from_gguf(templated).render(messages, false);
+        BOOST_TEST(rendered == "hi</s>");
+        BOOST_TEST(t.encode_prompt(rendered) == (std::vector<tok::TokenId>{1, 7, 2}));
     }
     {
         auto spm = sentencepiece_file("gemma3");
@@ -323,6 +333,17 @@ BOOST_AUTO_TEST_CASE(files_pick_the_tokenizer_by_model) {
         BOOST_TEST(!t.add_bos());
         BOOST_TEST(t.encode_prompt("hi") == (std::vector<tok::TokenId>{4, 5}));
         BOOST_TEST((tok::chat_template_from_gguf(file).format() == tok::ChatFormat::gemma));
+        // Where it does not, {{ bos_token }} is the BOS token's text, parsed back into BOS: one
+        // BOS.
+        spm.writer.add(
+            "tokenizer.chat_template",
+            tinfer::gguf::Value(std::string("{{ bos_token }}{{ messages[0].content }}")));
+        auto const templated = spm.file();
+        std::vector<tok::ChatMessage> const messages{{"user", "hi"}};
+        std::string const rendered =
+            tok::chat_template_from_gguf(templated).render(messages, false);
+        BOOST_TEST(rendered == "<s>hi");
+        BOOST_TEST(t.encode_prompt(rendered) == (std::vector<tok::TokenId>{1, 4, 5}));
     }
 
     TokenizerFile bert("bert", pieces);

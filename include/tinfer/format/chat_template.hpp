@@ -1,18 +1,25 @@
 #pragma once
-// Chat rendering in the two formats tinfer knows:
+// Chat rendering: a file's own tokenizer.chat_template run by tinfer's Jinja interpreter
+// (jinja.hpp), or, for a file without one, one of the two formats tinfer has built in:
 //
 // ChatML ("<|im_start|>{role}\n{content}<|im_end|>\n"), the chat format of SmolLM2 and of the
 //   other ChatML models, with the optional default system message some templates insert.
 // Gemma ("<start_of_turn>{role}\n{content}<end_of_turn>\n", the assistant's role is "model"),
 //   as Gemma 3's own template renders it: contents trimmed, a leading system message folded
 //   into the first turn ("{system}\n\n{content}"), generation prompt "<start_of_turn>model\n".
-//   The template's leading {{ bos_token }} is left to Tokenizer::encode_prompt, as llama.cpp's
-//   built-in Gemma template does, so BOS is never there twice.
 //
-// The GGUF stores the template as Jinja source; tinfer does not run Jinja but recognises
-// ChatML and Gemma sources (and reads ChatML's default system message out of them), and the
-// tests compare its output with the template run by jinja2.
+// BOS is added once, by whoever adds it: where Tokenizer::encode_prompt adds BOS (the file's
+// add_bos_token), a template's {{ bos_token }} renders as nothing, as llama.cpp's built-in
+// templates leave it out; where the tokenizer does not, it renders as the BOS token's text,
+// which encode_prompt parses back into the token. eos_token is always the EOS token's text.
+// The built-in formats never write BOS.
+//
+// A template the interpreter does not understand is refused when it is loaded, naming the
+// construct; the examples' --chat-template FILE (or chatml / gemma) replaces it.
 #include <cstdint>
+#include <ctime>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -20,6 +27,7 @@
 #include <utility>
 
 #include <tinfer/core/error.hpp>
+#include <tinfer/format/jinja.hpp>
 
 namespace tinfer::tok {
 
@@ -31,7 +39,13 @@ struct ChatMessage {
 inline constexpr std::string_view smollm2_default_system =
     "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
 
-enum class ChatFormat : std::uint8_t { chatml, gemma };
+enum class ChatFormat : std::uint8_t { chatml, gemma, jinja };
+
+// The texts a Jinja template sees as bos_token and eos_token (see BOS above).
+struct ChatSpecialTokens {
+    std::string bos;
+    std::string eos;
+};
 
 class ChatTemplate {
   public:
@@ -48,46 +62,42 @@ class ChatTemplate {
         return chat;
     }
 
-    // Recognises a Gemma or ChatML Jinja template (tokenizer.chat_template), and the ChatML
-    // default system message written in it as a literal "<|im_start|>system\n...<|im_end|>".
-    static ChatTemplate from_jinja(std::string_view source) {
-        if (source.find("<start_of_turn>") != std::string_view::npos &&
-            source.find("<end_of_turn>") != std::string_view::npos) {
-            return gemma();
-        }
-        if (source.find("<|im_start|>") == std::string_view::npos ||
-            source.find("<|im_end|>") == std::string_view::npos) {
-            throw Error(
-                "chat template is neither ChatML (<|im_start|>/<|im_end|>) nor Gemma "
-                "(<start_of_turn>/<end_of_turn>); tinfer renders those two only");
-        }
-        constexpr std::string_view system_open = "<|im_start|>system";
-        for (auto at = source.find(system_open); at != std::string_view::npos;
-             at = source.find(system_open, at + 1)) {
-            std::string_view rest = source.substr(at + system_open.size());
-            // The newline is a real one or a Jinja string escape, depending on the converter.
-            if (rest.starts_with('\n')) {
-                rest.remove_prefix(1);
-            } else if (rest.starts_with("\\n")) {
-                rest.remove_prefix(2);
-            } else {
-                continue;
-            }
-            auto const end = rest.find("<|im_end|>");
-            if (end == std::string_view::npos) continue;
-            std::string_view const text = rest.substr(0, end);
-            // A literal message, not the start of an expression such as "' + message['content']".
-            if (text.empty() || text.find_first_of("'\"{}") != std::string_view::npos) continue;
-            return ChatTemplate(std::string(text));
-        }
-        return ChatTemplate();
+    // ChatML, SmolLM2's default system message, or Gemma by name (what --chat-template
+    // chatml / gemma choose); nullopt for another name.
+    static std::optional<ChatTemplate> builtin(std::string_view name) {
+        if (name == "chatml") return ChatTemplate();
+        if (name == "smollm2") return smollm2();
+        if (name == "gemma") return gemma();
+        return std::nullopt;
     }
+
+    // A Jinja template (tokenizer.chat_template), parsed now: what the interpreter does not
+    // implement is refused here (tinfer::Error naming the construct and its line), not when a
+    // conversation is rendered.
+    static ChatTemplate from_jinja(std::string_view source, ChatSpecialTokens tokens = {}) {
+        ChatTemplate chat;
+        chat.format_ = ChatFormat::jinja;
+        try {
+            chat.jinja_ = std::make_shared<jinja::Template const>(source);
+        } catch (RequestError const& e) {
+            std::string_view reason = e.what();
+            if (reason.starts_with("chat template: ")) reason.remove_prefix(15);
+            throw Error("chat template refused: " + std::string(reason));
+        }
+        chat.tokens_ = std::move(tokens);
+        return chat;
+    }
+
+    // What strftime_now() formats (seconds since the epoch, rendered in UTC); empty: the time
+    // of the render. Tests fix it so a date-stamped template (Llama 3.2) renders reproducibly.
+    void set_clock(std::function<std::time_t()> clock) { clock_ = std::move(clock); }
 
     std::optional<std::string> const& default_system() const { return default_system_; }
     ChatFormat format() const { return format_; }
 
     std::string render(std::span<ChatMessage const> messages, bool add_generation_prompt) const {
         if (format_ == ChatFormat::gemma) return render_gemma(messages, add_generation_prompt);
+        if (format_ == ChatFormat::jinja) return render_jinja(messages, add_generation_prompt);
         std::string out;
         if (default_system_ && !messages.empty() && messages.front().role != "system") {
             append_turn(out, "system", *default_system_);
@@ -131,8 +141,29 @@ class ChatTemplate {
         return out;
     }
 
+    // The template's globals as transformers' apply_chat_template gives them (no tools, no
+    // documents: tinfer's messages are role and content).
+    std::string render_jinja(std::span<ChatMessage const> messages,
+                             bool add_generation_prompt) const {
+        jinja::List list;
+        list.reserve(messages.size());
+        for (ChatMessage const& m : messages) {
+            list.push_back(jinja::Value::from(jinja::Dict{
+                {"role", jinja::Value::from(m.role)}, {"content", jinja::Value::from(m.content)}}));
+        }
+        jinja::Dict const variables{
+            {"messages", jinja::Value::from(std::move(list))},
+            {"add_generation_prompt", jinja::Value::from(add_generation_prompt)},
+            {"bos_token", jinja::Value::from(tokens_.bos)},
+            {"eos_token", jinja::Value::from(tokens_.eos)}};
+        return jinja_->render(variables, clock_);
+    }
+
     std::optional<std::string> default_system_;
     ChatFormat format_ = ChatFormat::chatml;
+    std::shared_ptr<jinja::Template const> jinja_;  // ChatFormat::jinja
+    ChatSpecialTokens tokens_;
+    std::function<std::time_t()> clock_;
 };
 
 // SmolLM2-Instruct's chat format.

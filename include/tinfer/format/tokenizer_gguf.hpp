@@ -77,12 +77,32 @@ inline Tokenizer tokenizer_from_gguf(gguf::File const& file) {
     return Tokenizer(spec);
 }
 
-// The file's chat template. Without one: Gemma's for the architectures that use its turn format
-// (Gemma 3 270M's file carries no template), plain ChatML otherwise (llama.cpp's fallback
-// too). Gemma 4 has a turn format of its own and is not among them.
+// The texts of the file's BOS and EOS tokens as its template sees them: BOS empty where the
+// tokenizer adds it itself (chat_template.hpp), so BOS is never there twice.
+inline ChatSpecialTokens chat_special_tokens(gguf::File const& file) {
+    auto const tokens = file.get_strings("tokenizer.ggml.tokens");
+    auto const text_of = [&](char const* key) {
+        auto const id = file.get_optional<TokenId>(key);
+        return id && *id >= 0 && static_cast<std::size_t>(*id) < tokens.size()
+                   ? std::string(tokens[static_cast<std::size_t>(*id)])
+                   : std::string();
+    };
+    // The tokenizer's own rule (tokenizer_from_gguf): SentencePiece adds BOS unless told not to.
+    bool const sentencepiece = file.get_optional<std::string>("tokenizer.ggml.model") == "llama";
+    bool const tokenizer_adds_bos =
+        file.get_optional<bool>("tokenizer.ggml.add_bos_token").value_or(sentencepiece);
+    return {.bos = tokenizer_adds_bos ? std::string() : text_of("tokenizer.ggml.bos_token_id"),
+            .eos = text_of("tokenizer.ggml.eos_token_id")};
+}
+
+// The file's chat template, run by the Jinja interpreter (refused at load, naming the
+// construct, when it uses what the interpreter lacks). Without one: Gemma's for the
+// architectures that use its turn format (Gemma 3 270M's file carries no template), plain
+// ChatML otherwise (llama.cpp's fallback too). Gemma 4 has a turn format of its own and is
+// not among them.
 inline ChatTemplate chat_template_from_gguf(gguf::File const& file) {
     if (auto const source = file.get_optional<std::string>("tokenizer.chat_template")) {
-        return ChatTemplate::from_jinja(*source);
+        return ChatTemplate::from_jinja(*source, chat_special_tokens(file));
     }
     auto const architecture = file.get_optional<std::string>("general.architecture").value_or("");
     for (std::string_view const gemma : {"gemma", "gemma2", "gemma3", "gemma3n"}) {
