@@ -1,19 +1,25 @@
-// libFuzzer target: the chat-template renderer. Fuzz-chosen messages (any role, contents with
+// libFuzzer target: the chat-template renderers. Fuzz-chosen messages (any role, contents with
 // template-like syntax, ill-formed UTF-8) go through every template the project has: plain
-// ChatML, SmolLM2's (from its model file and built in), Gemma's (from its model file and built
-// in), and ChatTemplate::from_jinja of fuzz-chosen Jinja source. Checked:
-//   - the render is the format's documented text (chat_template.hpp), built here independently;
-//   - the model files' templates are recognised as what they are;
+// ChatML, SmolLM2's (built in, and its file's own run by the Jinja interpreter), Gemma's (built
+// in, and Gemma 3's Jinja template), Qwen2.5's Jinja template, and fuzz-chosen Jinja source.
+// Checked:
+//   - each render is the format's documented text, built here independently (the Jinja
+//     interpreter running SmolLM2's, Gemma 3's and Qwen2.5's templates against C++ written from
+//     those templates; Gemma's alternation rule raising where the template raises);
 //   - the render, tokenized by the model the template belongs to, starts a turn exactly where
 //     the template did when no message brings a '<' of its own (so no turn marker is lost or
 //     made up by the tokenizer), and decodes back as the tokenizer promises;
-//   - from_jinja refuses exactly the sources that are neither ChatML nor Gemma, with an Error.
+//   - fuzz-chosen Jinja source is either refused at load with tinfer::Error or renders, twice
+//     alike, or fails with tinfer::RequestError: never a crash, a hang or another exception.
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <fstream>
+#include <iterator>
 
 #include <fuzzer/FuzzedDataProvider.h>
 
@@ -35,6 +41,16 @@ struct Model {
 };
 Model const* smollm2 = nullptr;
 Model const* gemma3 = nullptr;
+ChatTemplate const* gemma3_jinja = nullptr;  // Gemma 3's own template (its GGUF has none)
+ChatTemplate const* qwen25_jinja = nullptr;
+
+// run_fuzz.sh passes the test data folder (tests/data) at compile time.
+ChatTemplate const* load_template(char const* name) {
+    std::ifstream in(std::string(TINFER_TEST_DATA_DIR) + "/tokenizer/chat_templates/" + name);
+    FUZZ_CHECK(static_cast<bool>(in), std::string("cannot read the template ") + name);
+    std::string const source{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    return new ChatTemplate(ChatTemplate::from_jinja(source));
+}
 
 Model const* load(char const* variable) {
     auto const file = fuzz::open_model(variable);
@@ -56,14 +72,25 @@ std::string chatml_reference(std::optional<std::string> const& default_system,
     return out;
 }
 
-std::string ascii_trimmed(std::string const& s) {
-    auto const space = [](char c) {
-        return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-    };
-    std::size_t begin = 0, end = s.size();
-    while (begin < end && space(s[begin])) ++begin;
-    while (end > begin && space(s[end - 1])) --end;
-    return s.substr(begin, end - begin);
+// Python's str.strip(), which Jinja's trim calls, on UTF-8 bytes: the encodings of the code
+// points str.isspace() accepts, removed from both ends.
+std::string python_stripped(std::string const& s) {
+    static constexpr std::string_view spaces[] = {
+        "\t",           "\n",           "\v",           "\f",           "\r",
+        "\x1c",         "\x1d",         "\x1e",         "\x1f",         " ",
+        "\xc2\x85",     "\xc2\xa0",     "\xe1\x9a\x80", "\xe2\x80\x80", "\xe2\x80\x81",
+        "\xe2\x80\x82", "\xe2\x80\x83", "\xe2\x80\x84", "\xe2\x80\x85", "\xe2\x80\x86",
+        "\xe2\x80\x87", "\xe2\x80\x88", "\xe2\x80\x89", "\xe2\x80\x8a", "\xe2\x80\xa8",
+        "\xe2\x80\xa9", "\xe2\x80\xaf", "\xe2\x81\x9f", "\xe3\x80\x80"};
+    std::string_view rest = s;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (std::string_view space : spaces) {
+            if (rest.starts_with(space)) rest.remove_prefix(space.size()), changed = true;
+            if (rest.ends_with(space)) rest.remove_suffix(space.size()), changed = true;
+        }
+    }
+    return std::string(rest);
 }
 
 std::string gemma_reference(std::vector<ChatMessage> const& messages, bool generation_prompt) {
@@ -77,9 +104,40 @@ std::string gemma_reference(std::vector<ChatMessage> const& messages, bool gener
     for (std::size_t i = first; i < messages.size(); ++i) {
         std::string const role = messages[i].role == "assistant" ? "model" : messages[i].role;
         out += "<start_of_turn>" + role + "\n" + (i == first ? prefix : "") +
-               ascii_trimmed(messages[i].content) + "<end_of_turn>\n";
+               python_stripped(messages[i].content) + "<end_of_turn>\n";
     }
     if (generation_prompt) out += "<start_of_turn>model\n";
+    return out;
+}
+
+// Gemma 3's template raises unless the turns after a leading system message go user, other,
+// user, other... (it checks each turn's role == "user" against its position), and on none.
+bool gemma_alternates(std::vector<ChatMessage> const& messages) {
+    if (messages.empty()) return false;
+    std::size_t const first = messages[0].role == "system" ? 1 : 0;
+    for (std::size_t i = first; i < messages.size(); ++i)
+        if ((messages[i].role == "user") != ((i - first) % 2 == 0)) return false;
+    return true;
+}
+
+// Qwen2.5-Instruct's template without tools, as its source reads.
+std::string qwen25_reference(std::vector<ChatMessage> const& messages, bool generation_prompt) {
+    std::string out = "<|im_start|>system\n";
+    out += messages[0].role == "system"
+               ? messages[0].content
+               : "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+    out += "<|im_end|>\n";
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+        std::string const& role = messages[i].role;
+        if (role == "user" || (role == "system" && i > 0) || role == "assistant") {
+            out += "<|im_start|>" + role + "\n" + messages[i].content + "<|im_end|>\n";
+        } else if (role == "tool") {
+            if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
+            out += "\n<tool_response>\n" + messages[i].content + "\n</tool_response>";
+            if (i + 1 == messages.size() || messages[i + 1].role != "tool") out += "<|im_end|>\n";
+        }
+    }
+    if (generation_prompt) out += "<|im_start|>assistant\n";
     return out;
 }
 
@@ -91,7 +149,7 @@ std::size_t count(std::string_view text, std::string_view what) {
 
 // The rendered prompt through the tokenizer of the model whose template it is.
 void check_tokenized(Model const& model, std::string const& rendered,
-                     std::vector<ChatMessage> const& messages) {
+                     std::vector<ChatMessage> const& messages, bool gemma_turns) {
     Tokenizer const& t = model.tokenizer;
     std::vector<std::int32_t> const ids = t.encode_prompt(rendered);
     fuzz::check_ids_in_vocabulary(t, ids, rendered);
@@ -104,8 +162,7 @@ void check_tokenized(Model const& model, std::string const& rendered,
         return m.role.find('<') != std::string::npos || m.content.find('<') != std::string::npos;
     });
     if (!plain) return;
-    std::string_view const marker =
-        model.chat.format() == ChatFormat::gemma ? "<start_of_turn>" : "<|im_start|>";
+    std::string_view const marker = gemma_turns ? "<start_of_turn>" : "<|im_start|>";
     auto const marker_id = t.find_token_text(marker);
     FUZZ_CHECK(marker_id.has_value(), "the tokenizer has no token " + std::string(marker));
     auto const tokens = static_cast<std::size_t>(std::count(body.begin(), body.end(), *marker_id));
@@ -115,24 +172,37 @@ void check_tokenized(Model const& model, std::string const& rendered,
                    fuzz::c_literal(rendered));
 }
 
-void check_from_jinja(std::string const& source) {
-    bool const gemma = source.find("<start_of_turn>") != std::string::npos &&
-                       source.find("<end_of_turn>") != std::string::npos;
-    bool const chatml = source.find("<|im_start|>") != std::string::npos &&
-                        source.find("<|im_end|>") != std::string::npos;
+// Fuzz-chosen source: refused at load (tinfer::Error), or rendered twice alike, or failing
+// with a RequestError; anything else escapes and is reported by libFuzzer.
+void check_jinja_source(std::string const& source, std::vector<ChatMessage> const& messages,
+                        bool generation_prompt) {
+    std::optional<ChatTemplate> chat;
     try {
-        ChatTemplate const chat = ChatTemplate::from_jinja(source);
-        FUZZ_CHECK(gemma || chatml, "from_jinja accepted " + fuzz::c_literal(source));
-        FUZZ_CHECK((chat.format() == ChatFormat::gemma) == gemma,
-                   "from_jinja took the wrong format for " + fuzz::c_literal(source));
-        if (auto const& system = chat.default_system()) {
-            FUZZ_CHECK(!system->empty() && system->find_first_of("'\"{}") == std::string::npos &&
-                           source.find(*system) != std::string::npos,
-                       "from_jinja's default system message is not a literal of the source: " +
-                           fuzz::c_literal(*system));
-        }
-    } catch (tinfer::Error const&) {
-        FUZZ_CHECK(!gemma && !chatml, "from_jinja refused " + fuzz::c_literal(source));
+        chat = ChatTemplate::from_jinja(source, {"<s>", "</s>"});
+    } catch (tinfer::Error const& e) {
+        FUZZ_CHECK(std::string_view(e.what()).starts_with("chat template refused: "),
+                   "from_jinja's refusal does not say so: " + std::string(e.what()));
+        return;
+    }
+    chat->set_clock([] { return std::time_t{1764547200}; });
+    std::optional<std::string> first;
+    try {
+        first = chat->render(messages, generation_prompt);
+    } catch (tinfer::RequestError const&) {
+    }
+    std::optional<std::string> second;
+    try {
+        second = chat->render(messages, generation_prompt);
+    } catch (tinfer::RequestError const&) {
+    }
+    FUZZ_CHECK(first == second, "two renders of one template differ: " + fuzz::c_literal(source));
+    // Text without a tag renders as itself (less one trailing newline, jinja2's default).
+    if (first && source.find_first_of("{") == std::string::npos &&
+        source.find('\r') == std::string::npos) {
+        std::string expected = source;
+        if (expected.ends_with('\n')) expected.pop_back();
+        FUZZ_CHECK(*first == expected,
+                   "plain text does not render as itself: " + fuzz::c_literal(source));
     }
 }
 
@@ -141,12 +211,12 @@ void check_from_jinja(std::string const& source) {
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
     smollm2 = load("TINFER_MODEL_PATH");
     gemma3 = load("TINFER_GEMMA3_PATH");
-    FUZZ_CHECK(
-        smollm2->chat.format() == ChatFormat::chatml &&
-            smollm2->chat.default_system() == std::string(tinfer::tok::smollm2_default_system),
-        "SmolLM2's file template is not read as ChatML with its default system message");
+    gemma3_jinja = load_template("gemma3.jinja");
+    qwen25_jinja = load_template("qwen2.5.jinja");
+    FUZZ_CHECK(smollm2->chat.format() == ChatFormat::jinja,
+               "SmolLM2's file template is not run by the Jinja interpreter");
     FUZZ_CHECK(gemma3->chat.format() == ChatFormat::gemma,
-               "Gemma 3's file is not given Gemma's template");
+               "Gemma 3's file is not given Gemma's built-in template");
     return 0;
 }
 
@@ -161,44 +231,69 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
         m.role = r < 5 * 48 ? roles[r % 5] : input.ConsumeRandomLengthString(32);
         m.content = input.ConsumeRandomLengthString(1024);
     }
-    switch (which % 6) {
+    switch (which % 8) {
         case 0: {  // plain ChatML, no default system message
             std::string const out = ChatTemplate().render(messages, generation_prompt);
             FUZZ_CHECK(out == chatml_reference(std::nullopt, messages, generation_prompt),
                        "ChatML render differs: " + fuzz::c_literal(out));
-            check_tokenized(*smollm2, out, messages);
+            check_tokenized(*smollm2, out, messages, false);
             break;
         }
         case 1:    // SmolLM2, built in
-        case 2: {  // SmolLM2, from its file
-            ChatTemplate const chat = which % 6 == 1 ? ChatTemplate::smollm2() : smollm2->chat;
+        case 2: {  // SmolLM2, its file's Jinja template
+            ChatTemplate const chat = which % 8 == 1 ? ChatTemplate::smollm2() : smollm2->chat;
             std::string const out = chat.render(messages, generation_prompt);
             FUZZ_CHECK(out == chatml_reference(std::string(tinfer::tok::smollm2_default_system),
                                                messages, generation_prompt),
                        "SmolLM2 render differs: " + fuzz::c_literal(out));
             FUZZ_CHECK(out == tinfer::tok::render_chat(messages, generation_prompt),
                        "render_chat differs from SmolLM2's template");
-            check_tokenized(*smollm2, out, messages);
+            check_tokenized(*smollm2, out, messages, false);
             break;
         }
         case 3:    // Gemma, built in
-        case 4: {  // Gemma, from its file
-            ChatTemplate const chat = which % 6 == 3 ? ChatTemplate::gemma() : gemma3->chat;
+        case 4: {  // Gemma, the file's (built in: its GGUF carries no template)
+            ChatTemplate const chat = which % 8 == 3 ? ChatTemplate::gemma() : gemma3->chat;
             std::string const out = chat.render(messages, generation_prompt);
             FUZZ_CHECK(out == gemma_reference(messages, generation_prompt),
                        "Gemma render differs: " + fuzz::c_literal(out));
-            check_tokenized(*gemma3, out, messages);
+            check_tokenized(*gemma3, out, messages, true);
             break;
         }
-        default: {  // Jinja source of the fuzzer's own, then a render through what it gave
-            std::string const source = input.ConsumeRemainingBytesAsString();
-            check_from_jinja(source);
+        case 5: {  // Gemma 3's own Jinja template: the built-in's text, or the template's raise
+            std::optional<std::string> out;
             try {
-                (void)ChatTemplate::from_jinja(source).render(messages, generation_prompt);
-            } catch (tinfer::Error const&) {
+                out = gemma3_jinja->render(messages, generation_prompt);
+            } catch (tinfer::RequestError const&) {
+            }
+            FUZZ_CHECK(out.has_value() == gemma_alternates(messages),
+                       out ? "Gemma 3's template rendered roles that do not alternate"
+                           : "Gemma 3's template raised on alternating roles");
+            if (out) {
+                FUZZ_CHECK(*out == gemma_reference(messages, generation_prompt),
+                           "Gemma 3's Jinja render differs: " + fuzz::c_literal(*out));
+                check_tokenized(*gemma3, *out, messages, true);
             }
             break;
         }
+        case 6: {  // Qwen2.5's Jinja template (it reads messages[0]: none raises)
+            std::optional<std::string> out;
+            try {
+                out = qwen25_jinja->render(messages, generation_prompt);
+            } catch (tinfer::RequestError const&) {
+            }
+            FUZZ_CHECK(out.has_value() == !messages.empty(),
+                       "Qwen2.5's template raised, or rendered no messages");
+            if (out) {
+                FUZZ_CHECK(*out == qwen25_reference(messages, generation_prompt),
+                           "Qwen2.5's Jinja render differs: " + fuzz::c_literal(*out));
+                check_tokenized(*smollm2, *out, messages, false);
+            }
+            break;
+        }
+        default:  // Jinja source of the fuzzer's own
+            check_jinja_source(input.ConsumeRemainingBytesAsString(), messages, generation_prompt);
+            break;
     }
     return 0;
 }

@@ -88,11 +88,16 @@ JINJA = {
 
 def chat_seeds():
     target = "chat_template_fuzz"
-    for which in range(5):
+    for which in range(7):  # the renderers of chat_template_fuzz.cpp's switch
         for name, messages in CONVERSATIONS.items():
             write(target, "t%d_%s" % (which, name), chat_seed(which, which % 2 == 0, messages))
-    for name, source in JINJA.items():
-        write(target, "jinja_" + name, chat_seed(5, True, CONVERSATIONS["plain"], tail=source))
+    for name, source in JINJA.items():  # 7: the fuzzer's own Jinja source
+        write(target, "jinja_" + name, chat_seed(7, True, CONVERSATIONS["plain"], tail=source))
+    templates = os.path.join(HERE, "..", "data", "tokenizer", "chat_templates")
+    for name in sorted(os.listdir(templates)):
+        with open(os.path.join(templates, name), "rb") as f:
+            write(target, "jinja_file_" + name.replace(".jinja", ""),
+                  chat_seed(7, True, CONVERSATIONS["system_first"], tail=f.read()))
 
 
 # --- JSON request bodies (openai_request_fuzz.cpp) --------------------------------------------

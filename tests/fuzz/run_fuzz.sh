@@ -78,7 +78,8 @@ if ! "$cxx" -std=c++20 -fsanitize=fuzzer,address,undefined "$probe" -o "$work_di
 fi
 
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-       "-I$source_dir/include" "-I$source_dir/examples/serve" "-I$fuzz_dir")
+       "-I$source_dir/include" "-I$source_dir/examples/serve" "-I$fuzz_dir"
+       "-DTINFER_TEST_DATA_DIR=\"$source_dir/tests/data\"")
 binary="$work_dir/$target"
 # Rebuilt only when the target or a header it includes changed since (the compiler's own
 # dependency list), so a rerun on a developer's machine starts at once.

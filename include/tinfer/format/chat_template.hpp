@@ -5,8 +5,9 @@
 // ChatML ("<|im_start|>{role}\n{content}<|im_end|>\n"), the chat format of SmolLM2 and of the
 //   other ChatML models, with the optional default system message some templates insert.
 // Gemma ("<start_of_turn>{role}\n{content}<end_of_turn>\n", the assistant's role is "model"),
-//   as Gemma 3's own template renders it: contents trimmed, a leading system message folded
-//   into the first turn ("{system}\n\n{content}"), generation prompt "<start_of_turn>model\n".
+//   as Gemma 3's own template renders it: contents trimmed (Python's Unicode whitespace), a leading
+//   system message folded into the first turn ("{system}\n\n{content}"), generation prompt
+//   "<start_of_turn>model\n".
 //
 // BOS is added once, by whoever adds it: where Tokenizer::encode_prompt adds BOS (the file's
 // add_bos_token), a template's {{ bos_token }} renders as nothing, as llama.cpp's built-in
@@ -112,14 +113,6 @@ class ChatTemplate {
         out.append("<|im_start|>").append(role).append("\n").append(content).append("<|im_end|>\n");
     }
 
-    // Jinja's `trim` on ASCII whitespace (Python's strip() also takes Unicode spaces).
-    static std::string_view trimmed(std::string_view text) {
-        constexpr std::string_view spaces = " \t\n\r\v\f";
-        auto const first = text.find_first_not_of(spaces);
-        if (first == std::string_view::npos) return {};
-        return text.substr(first, text.find_last_not_of(spaces) - first + 1);
-    }
-
     // Gemma 3's template: roles are not checked for alternation (the template raises), and only
     // a system message at the front is folded; its text is not trimmed, as in the template.
     static std::string render_gemma(std::span<ChatMessage const> messages,
@@ -135,7 +128,8 @@ class ChatTemplate {
                 messages[i].role == "assistant" ? std::string_view("model") : messages[i].role;
             out.append("<start_of_turn>").append(role).append("\n");
             if (i == 0) out += first_user_prefix;
-            out.append(trimmed(messages[i].content)).append("<end_of_turn>\n");
+            out.append(jinja::detail::strip(messages[i].content, true, true))
+                .append("<end_of_turn>\n");
         }
         if (add_generation_prompt) out += "<start_of_turn>model\n";
         return out;

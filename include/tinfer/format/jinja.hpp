@@ -140,17 +140,39 @@ namespace detail {
 
 // ---------------------------------------------------------------- UTF-8 and Python's str ----
 
+// The code point starting at s[i] and its length in bytes. A byte that does not start a
+// well-formed sequence (a stray continuation byte, a truncated or broken sequence) is a unit of
+// its own, so ill-formed text is measured, sliced and trimmed one byte per such unit.
+inline std::pair<std::uint32_t, std::size_t> decode_at(std::string_view s, std::size_t i) {
+    auto const b = static_cast<unsigned char>(s[i]);
+    std::size_t const len = b < 0x80         ? 1
+                            : (b >> 5) == 6  ? 2
+                            : (b >> 4) == 14 ? 3
+                            : (b >> 3) == 30 ? 4
+                                             : 1;
+    // An ill-formed unit decodes past U+10FFFF, so no test (a space?) mistakes it for a
+    // character: a stray 0xA0 byte is not U+00A0.
+    std::pair<std::uint32_t, std::size_t> const ill_formed{0x110000 + b, 1};
+    if (b < 0x80) return {b, 1};
+    if (len == 1 || i + len > s.size()) return ill_formed;
+    std::uint32_t cp = b & (0x7F >> len);
+    for (std::size_t k = 1; k < len; ++k) {
+        auto const c = static_cast<unsigned char>(s[i + k]);
+        if ((c & 0xC0) != 0x80) return ill_formed;
+        cp = (cp << 6) | (c & 0x3F);
+    }
+    return {cp, len};
+}
+
+// Where each code point (unit, above) of `s` starts.
 inline std::vector<std::size_t> code_point_starts(std::string_view s) {
     std::vector<std::size_t> starts;
-    for (std::size_t i = 0; i < s.size(); ++i)
-        if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) starts.push_back(i);
+    for (std::size_t i = 0; i < s.size(); i += decode_at(s, i).second) starts.push_back(i);
     return starts;
 }
 
 inline std::size_t code_point_count(std::string_view s) {
-    std::size_t n = 0;
-    for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-    return n;
+    return code_point_starts(s).size();
 }
 
 inline void append_utf8(std::string& out, std::uint32_t cp) {
@@ -169,21 +191,6 @@ inline void append_utf8(std::string& out, std::uint32_t cp) {
         out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
         out += static_cast<char>(0x80 | (cp & 0x3F));
     }
-}
-
-// The code point starting at s[i] and its length in bytes (an ill-formed byte counts as one).
-inline std::pair<std::uint32_t, std::size_t> decode_at(std::string_view s, std::size_t i) {
-    auto const b = static_cast<unsigned char>(s[i]);
-    std::size_t const len = b < 0x80         ? 1
-                            : (b >> 5) == 6  ? 2
-                            : (b >> 4) == 14 ? 3
-                            : (b >> 3) == 30 ? 4
-                                             : 1;
-    if (len == 1 || i + len > s.size()) return {b, 1};
-    std::uint32_t cp = b & (0x7F >> len);
-    for (std::size_t k = 1; k < len; ++k)
-        cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-    return {cp, len};
 }
 
 // Python's str.isspace() code points: what str.strip() (Jinja's trim) removes.
@@ -1667,8 +1674,13 @@ class Renderer {
             if (Value const* v = object.find(name)) return *v;
         }
         if (object.is(Value::Kind::list) && !name.empty() &&
-            std::isdigit(static_cast<unsigned char>(name[0])))
-            return get_item(object, Value::from(static_cast<std::int64_t>(std::stoll(name))), line);
+            std::isdigit(static_cast<unsigned char>(name[0]))) {
+            std::int64_t index = 0;
+            auto const [end, ec] = std::from_chars(name.data(), name.data() + name.size(), index);
+            if (ec != std::errc{} || end != name.data() + name.size())
+                return Value::undefined(name);
+            return get_item(object, Value::from(index), line);
+        }
         return Value::undefined(name);
     }
 
