@@ -51,6 +51,7 @@
 #include <tinfer/kv/codec_pairs.hpp>
 #include <tinfer/model/shipped_presets.hpp>
 
+#include "../common/cli_options.hpp"
 #include "http_server.hpp"
 #include "openai_protocol.hpp"
 #include "prometheus.hpp"
@@ -115,6 +116,7 @@ struct Options {
     bool prefix_caching = true;
     int speculative_tokens = 0;  // γ of prompt-lookup speculation; 0: off
     std::string role;            // prefill or decode under mpirun; empty: colocated
+    std::string chat_template;   // a Jinja file or a built-in's name; empty: the file's own
 };
 
 // Compares a presented key with the configured one in time that depends only on the
@@ -1055,10 +1057,13 @@ struct RoleSession {
 template <class ServingEngine>
 int run(Options const& options, sigset_t const& stop_signals, tinfer::gguf::File file,
         RoleSession* role) {
+    // Read before the engine takes the file: --chat-template replaces the file's template.
+    auto chat_template = tinfer::examples::chat_template_option(options.chat_template, file);
     ServingEngine engine(std::move(file), {.kv_budget_bytes = options.kv_budget_mb << 20,
                                            .threads = options.threads,
                                            .prefix_caching = options.prefix_caching,
-                                           .int8_activations = options.precision == "int8"});
+                                           .int8_activations = options.precision == "int8",
+                                           .chat_template = std::move(chat_template)});
     if (role && !role->serves_http()) {  // the decode rank: no HTTP, until rank 0 shuts it down
         std::cout << "serve: decode role, serving the prefill rank's hand-offs" << std::endl;
         role->serve(engine, [] { return false; });
@@ -1242,6 +1247,9 @@ int main(int argc, char** argv) {
                    "decode without drafts")
         ->capture_default_str()
         ->check(CLI::Range(0, max_speculative_tokens));
+    app.add_option("--chat-template", options.chat_template,
+                   "Chat template: a Jinja file, or chatml / smollm2 / gemma (built in); "
+                   "default: the file's own");
     app.add_option("--kv-cache-dtype", options.kv_cache_dtype,
                    "Codecs of the KV cache, 'K' for both or 'K,V' (the compiled-in pairs)")
         ->capture_default_str()

@@ -79,6 +79,10 @@ struct EngineOptions {
     // Where the metrics read the time (TTFT, TPOT, latency); empty: the steady clock. Tests
     // inject a manual clock here.
     sched::ClockSource clock;
+    // The chat template for requests with messages; empty: the file's own
+    // (tok::chat_template_from_gguf, which refuses a template the interpreter cannot run; one
+    // given here replaces it before it is read).
+    std::optional<tok::ChatTemplate> chat_template;
 };
 
 // The default drafter: prompt lookup over 3- down to 1-token suffixes. A Drafter here is one
@@ -130,7 +134,8 @@ class Engine {
           options_(options),
           model_(Model::bind(file_, std::move(parallel))),
           tokenizer_(tok::tokenizer_from_gguf(file_)),
-          chat_(tok::chat_template_from_gguf(file_)),
+          chat_(options.chat_template ? *options.chat_template
+                                      : tok::chat_template_from_gguf(file_)),
           metrics_(options.clock),
           kv_(options.kv_budget_bytes, options.host_swap_bytes, options.prefix_caching, metrics_),
           scheduler_(std::move(scheduler)),
