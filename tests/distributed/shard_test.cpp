@@ -42,14 +42,25 @@ bool groups_stay_together() {
     return true;
 }
 
+// KV ranges under replication: the ranks of one replica group (kv_replicas consecutive ranks)
+// hold the same range, and the groups in order tile [0, total).
+template <class Shard, class Range>
+bool replicas_tile(int total, Range range_of) {
+    constexpr int replicas = Shard::kv_replicas;
+    for (int rank = 0; rank < Shard::degree; ++rank)
+        if (!(range_of(rank) == range_of(rank / replicas * replicas))) return false;
+    return ranges_tile(Shard::degree / replicas, total,
+                       [&](int group) { return range_of(group * replicas); });
+}
+
 template <class Shard>
 void check_tiling() {
     constexpr ModelConfig c = Shard::model;
     constexpr int p = Shard::degree;
     BOOST_TEST(ranges_tile(p, c.heads, Shard::heads_of));
-    BOOST_TEST(ranges_tile(p, c.kv_heads, Shard::kv_heads_of));
+    BOOST_TEST(replicas_tile<Shard>(c.kv_heads, Shard::kv_heads_of));
     BOOST_TEST(ranges_tile(p, c.q_width(), Shard::q_features_of));
-    BOOST_TEST(ranges_tile(p, c.kv_width(), Shard::kv_features_of));
+    BOOST_TEST(replicas_tile<Shard>(c.kv_width(), Shard::kv_features_of));
     BOOST_TEST(ranges_tile(p, c.ffn, Shard::ffn_features_of));
     BOOST_TEST(groups_stay_together<Shard>());
     for (auto const projection :
@@ -59,8 +70,11 @@ void check_tiling() {
         int const split_extent = split_of(projection) == Split::column_parallel
                                      ? Shard::full_rows(projection)
                                      : Shard::full_cols(projection);
-        BOOST_TEST(ranges_tile(p, split_extent,
-                               [&](int rank) { return Shard::slice_of(projection, rank); }));
+        auto const slice = [&](int rank) { return Shard::slice_of(projection, rank); };
+        bool const replicated =
+            projection == LlamaProjection::key || projection == LlamaProjection::value;
+        BOOST_TEST((replicated ? replicas_tile<Shard>(split_extent, slice)
+                               : ranges_tile(p, split_extent, slice)));
     }
 }
 
@@ -102,6 +116,26 @@ BOOST_AUTO_TEST_CASE(llama3_8b_splits_eight_ways) {
     static_assert(Tp8::ffn == 1792 && Tp8::q_width == 512 && Tp8::kv_width == 128);
     static_assert(Tp8::slice_of(LlamaProjection::attention_output, 3) == IndexRange{1536, 512});
     check_tiling<Tp8>();
+}
+
+// Fewer KV heads than ranks: each KV head is replicated and its query heads split. Gemma 3
+// 270M's one KV head on both of 2 ranks, each with 2 of its 4 query heads; Llama-3-8B's 8 KV
+// heads over 16 ranks, two ranks per KV head.
+BOOST_AUTO_TEST_CASE(kv_heads_fewer_than_ranks_are_replicated) {
+    using Gemma2 = TensorParallelShard<presets::gemma3_270m, 2>;
+    static_assert(Gemma2::kv_replicas == 2 && Gemma2::kv_heads == 1 && Gemma2::heads == 2);
+    static_assert(Gemma2::group_size == 2 && Gemma2::local.kv_heads == 1);
+    static_assert(Gemma2::kv_heads_of(0) == IndexRange{0, 1} &&
+                  Gemma2::kv_heads_of(1) == IndexRange{0, 1});
+    static_assert(Gemma2::slice_of(LlamaProjection::key, 1) == IndexRange{0, 256});
+    static_assert(Gemma2::slice_of(LlamaProjection::query, 1) == IndexRange{512, 512});
+    static_assert(ModelShape<Gemma2::local>);
+    check_tiling<Gemma2>();
+
+    using Llama16 = TensorParallelShard<presets::llama3_8b, 16>;
+    static_assert(Llama16::kv_replicas == 2 && Llama16::heads == 2 && Llama16::group_size == 2);
+    static_assert(Llama16::kv_heads_of(5) == IndexRange{2, 1});
+    check_tiling<Llama16>();
 }
 
 // A rank's KV cache holds 1/Tp of every token's KV: what makes TP attractive for long contexts.

@@ -8,7 +8,8 @@
 // forward pass with no trace of the hooks.
 //
 // TensorParallel<Tp, Comm> is Megatron's split as distributed/tensor_parallel.hpp derives it: rank
-// r owns KV heads [r * kv_heads / Tp, ...) with the query heads that read them, and ffn features [r
+// r owns KV heads [r * kv_heads / Tp, ...) (replicated when kv_heads < Tp:
+// tensor_parallel_shard.hpp) with the query heads that read them, and ffn features [r
 // * ffn / Tp, ...). Q, K, V, gate and up are column-parallel: whole consecutive rows of the file's
 // matrices, viewed in place. The attention output and FFN down projections are row-parallel: a
 // column range of every row, copied once at bind time into dense matrices of whole quantization
@@ -61,7 +62,8 @@ struct NoParallel {
 // static_asserts the same conditions, naming the one that fails).
 template <ModelConfig Cfg, int Tp>
 constexpr bool tensor_parallel_fits() {
-    if (Tp <= 0 || Cfg.heads % Tp != 0 || Cfg.kv_heads % Tp != 0 || Cfg.ffn % Tp != 0) return false;
+    if (Tp <= 0 || Cfg.heads % Tp != 0 || Cfg.ffn % Tp != 0) return false;
+    if (Cfg.kv_heads % Tp != 0 && Tp % Cfg.kv_heads != 0) return false;
     int const block = model::weight_encoding(Cfg.weights).block_elements;
     return block > 0 && (Cfg.q_width() / Tp) % block == 0 && (Cfg.ffn / Tp) % block == 0;
 }

@@ -3,7 +3,10 @@
 // model's shape.
 //
 // Attention splits by KV-head groups: rank r owns KV heads [r*kv_heads/Tp, ...) and exactly
-// the query heads that read them, so attention runs locally with no communication. Q, K and V
+// the query heads that read them, so attention runs locally with no communication. A model
+// with fewer KV heads than ranks (Gemma 3 270M has one) replicates them instead: each KV head
+// lives on Tp / kv_heads consecutive ranks, which split its query heads between them, and
+// every one of those ranks computes (and caches) that KV head in full. Q, K and V
 // are column-parallel (each rank computes its heads' output rows of the projection from the
 // full, replicated input); the output projection is row-parallel (each rank multiplies its
 // heads' slice of the input columns and the partial sums are added by one all-reduce). The FFN
@@ -95,9 +98,10 @@ consteval void divides_heads() {
 }
 template <int tp, int kv_heads>
 consteval void divides_kv_heads() {
-    static_assert(tp <= 0 || kv_heads % tp == 0,
+    static_assert(tp <= 0 || kv_heads % tp == 0 || tp % kv_heads == 0,
                   "TensorParallelShard: Tp must divide ModelConfig.kv_heads (a rank owns whole "
-                  "KV heads and the query heads that share them)");
+                  "KV heads and the query heads that share them) or be a multiple of it (each "
+                  "KV head replicated on Tp / kv_heads ranks)");
 }
 template <int tp, int ffn>
 consteval void divides_ffn() {
@@ -156,9 +160,13 @@ struct TensorParallelShard {
     static constexpr ModelConfig model = Cfg;
     static constexpr int degree = Tp;
 
+    // Ranks holding a copy of each KV head: 1 when Tp divides kv_heads, else Tp / kv_heads.
+    static constexpr int kv_replicas = Cfg.kv_heads >= Tp ? 1 : Tp / Cfg.kv_heads;
     static constexpr int heads = Cfg.heads / Tp;
-    static constexpr int kv_heads = Cfg.kv_heads / Tp;
-    static constexpr int group_size = Cfg.group_size();  // a split never breaks a GQA group
+    static constexpr int kv_heads = Cfg.kv_heads >= Tp ? Cfg.kv_heads / Tp : 1;
+    // A split never puts one query head's KV on another rank: a rank's query heads are a whole
+    // GQA group, or (replicated) a 1/kv_replicas share of one.
+    static constexpr int group_size = heads / kv_heads;
     static constexpr int head_dim = Cfg.head_dim;
     static constexpr int ffn = Cfg.ffn / Tp;
     static constexpr int q_width = heads * head_dim;
@@ -177,13 +185,13 @@ struct TensorParallelShard {
 
     static constexpr IndexRange heads_of(int rank) { return {checked(rank) * heads, heads}; }
     static constexpr IndexRange kv_heads_of(int rank) {
-        return {checked(rank) * kv_heads, kv_heads};
+        return {checked(rank) / kv_replicas * kv_heads, kv_heads};
     }
     static constexpr IndexRange q_features_of(int rank) {
         return {checked(rank) * q_width, q_width};
     }
     static constexpr IndexRange kv_features_of(int rank) {
-        return {checked(rank) * kv_width, kv_width};
+        return {checked(rank) / kv_replicas * kv_width, kv_width};
     }
     static constexpr IndexRange ffn_features_of(int rank) { return {checked(rank) * ffn, ffn}; }
 
