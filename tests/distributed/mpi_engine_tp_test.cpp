@@ -5,6 +5,14 @@
 // from the same all-reduced logits), and the tokens equal one process's (TP 1, run on every
 // rank) except at reported near-ties, where TP 1's own top-2 log-probability margin is within
 // what the reordered all-reduce sums can move it.
+//
+// Then the same load in lockstep (distributed/lockstep.hpp), as serve --tp runs it: only rank
+// 0 submits, the other ranks follow its steps; rank 0's tokens must equal those of the TP 3 run
+// above bitwise (the same batches, so the same sums), and every follower's stream equals rank
+// 0's (Lockstep::follow throws otherwise). A last lockstep run has a prompt-lookup speculative
+// request and an abort: the speculative request's greedy tokens equal TP 1's non-speculative
+// ones (up to a near-tie), the aborted request ends `aborted` on rank 0 and its blocks come back
+// on every rank.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -13,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include <tinfer/distributed/lockstep.hpp>
 #include <tinfer/distributed/mpi_communicator.hpp>
 #include <tinfer/engine/engine.hpp>
 #include <tinfer/format/synthetic_model.hpp>
@@ -179,5 +188,85 @@ int main(int argc, char** argv) {
                 "preemptions, prefix hit rate %.2f\n",
                 equal, requests.size(), near_ties, sharded.metrics().summary().preemptions,
                 sharded.metrics().summary().prefix_hit_rate);
+
+        // The same load in lockstep: rank 0 alone submits.
+        {
+            Sharded stepped(gguf::File::from_bytes(bytes), options, {}, Parallel(mpi));
+            distributed::Lockstep lockstep(mpi);
+            if (lockstep.leads()) {
+                lockstep.lead(stepped);
+                std::vector<Stream> const led = serve(stepped, requests, "TP 3 in lockstep");
+                lockstep.finish();
+                for (std::size_t i = 0; i < requests.size(); ++i)
+                    checks.expect(led[i].tokens == got[i].tokens,
+                                  "request " + std::to_string(i) +
+                                      ": in lockstep, rank 0 streams the tokens of the TP 3 run "
+                                      "fed on every rank");
+            } else {
+                std::uint64_t const steps = lockstep.follow(stepped);
+                checks.expect(steps > 0, "a follower ran rank 0's steps");
+                checks.expect(stepped.live_requests() == 0, "a follower's requests all ended");
+            }
+            checks.expect(stepped.metrics().summary().preemptions > 0,
+                          "in lockstep, every rank preempted (the same plans)");
+            checks.expect(stepped.cache().used_blocks() == stepped.cache().prefix_only_blocks(),
+                          "in lockstep, every sequence's blocks went back on this rank");
+        }
+
+        // Speculation and an abort in lockstep. The speculative prompt repeats a phrase, so
+        // prompt lookup finds drafts.
+        {
+            std::mt19937_64 rng(seed ^ 0x5eed);
+            std::vector<std::int32_t> phrase;
+            for (int i = 0; i < 6; ++i) phrase.push_back(static_cast<std::int32_t>(rng() % 64));
+            GenerationRequest speculative{.max_tokens = 24, .ignore_eos = true, .draft_tokens = 3};
+            for (int r = 0; r < 5; ++r)
+                speculative.prompt_tokens.insert(speculative.prompt_tokens.end(), phrase.begin(),
+                                                 phrase.end());
+            speculative.sampling.temperature = 0;
+            GenerationRequest plain = speculative;
+            plain.draft_tokens = 0;
+            plain.sampling.top_logprobs = 2;
+            std::vector<Stream> const reference = serve(single, {plain}, "TP 1 (speculative)");
+
+            Sharded stepped(gguf::File::from_bytes(bytes), options, {}, Parallel(mpi));
+            distributed::Lockstep lockstep(mpi);
+            if (lockstep.leads()) {
+                lockstep.lead(stepped);
+                Stream drafted, aborted;
+                stepped.submit(speculative, [&](TokenEvent const& e) {
+                    if (e.token >= 0) drafted.tokens.push_back(e.token);
+                    if (e.finish) drafted.finish = *e.finish;
+                });
+                GenerationRequest long_one = requests[2];
+                long_one.max_tokens = 60;  // fits the 10-block cache with any prompt (<= 69 tokens)
+                auto const doomed = stepped.submit(long_one, [&](TokenEvent const& e) {
+                    if (e.token >= 0) aborted.tokens.push_back(e.token);
+                    if (e.finish) aborted.finish = *e.finish;
+                });
+                for (int steps = 0; stepped.step() && steps < 5000; ++steps)
+                    if (aborted.tokens.size() == 3) stepped.abort(doomed);
+                lockstep.finish();
+                checks.expect(aborted.finish == FinishReason::aborted && aborted.tokens.size() < 10,
+                              "the request aborted after 3 tokens ended aborted in lockstep");
+                checks.expect(stepped.speculation_stats().accepted > 0,
+                              "prompt lookup's drafts were accepted under TP");
+                std::size_t k = 0;
+                Stream const& a = reference[0];
+                while (k < a.tokens.size() && k < drafted.tokens.size() &&
+                       a.tokens[k] == drafted.tokens[k])
+                    ++k;
+                bool const same = k == a.tokens.size() && k == drafted.tokens.size();
+                checks.expect(same || (k < a.margins.size() && a.margins[k] < near_tie),
+                              "the speculative request under TP 3 streams TP 1's greedy tokens "
+                              "(first difference at " +
+                                  std::to_string(k) + ")");
+            } else {
+                lockstep.follow(stepped);
+            }
+            checks.expect(stepped.live_requests() == 0 &&
+                              stepped.cache().used_blocks() == stepped.cache().prefix_only_blocks(),
+                          "after speculation and an abort in lockstep, every block went back");
+        }
     });
 }

@@ -112,6 +112,12 @@ class Engine {
     using Eviction = typename Scheduler::eviction_policy;
     using KvParts = KvLifecycle<Cache, Eviction>;
     static constexpr bool evicts = KvParts::evicts;
+    // Every rank of a tensor-parallel model must make the same eviction choices, and attention
+    // scores are per rank (of its own heads).
+    static_assert(Parallel::degree == 1 || !Eviction::needs_attention_scores,
+                  "Engine: an eviction policy that reads attention scores (H2O) is not supported "
+                  "under tensor parallelism: each rank sees the scores of its own heads only, so "
+                  "the ranks would keep different slots");
 
     // The engine owns the file: the model's weights are views into its mapping.
     Engine(gguf::File file, EngineOptions options) requires std::default_initializable<Drafter> &&
@@ -213,6 +219,12 @@ class Engine {
                                std::to_string(prefilled.request.max_tokens) +
                                " leaves nothing after the first token");
         return intake_.adopt(std::move(prefilled), std::move(callback));
+    }
+
+    // Tensor parallelism's lockstep (distributed/lockstep.hpp): called at the start of every
+    // step with what arrived, before the scheduler sees it; it may replace it. Empty: none.
+    void set_inbox_exchange(RequestIntake::InboxExchange exchange) {
+        inbox_exchange_ = std::move(exchange);
     }
 
     // One iteration of the serving loop. Returns whether work remains.
@@ -357,6 +369,10 @@ class Engine {
             limits.speculation_refusal =
                 "under a token-eviction policy, rolling back drafts would need the slots "
                 "eviction has already compacted";
+        if (Parallel::degree > 1)
+            limits.grammar_refusal =
+                "under tensor parallelism the ranks' lockstep carries a request's tokens and "
+                "settings, not its grammar";
         return limits;
     }
 
@@ -371,7 +387,9 @@ class Engine {
     // Moves submitted requests into the scheduler and carries out aborts. Of a request with
     // n > 1 only choice 0 is scheduled; the others wait for its prompt's pass.
     void take_inbox() {
-        auto [arrivals, aborts] = intake_.take();
+        RequestIntake::Inbox inbox = intake_.take();
+        if (inbox_exchange_) inbox_exchange_(inbox);
+        auto& [arrivals, aborts] = inbox;
         for (RequestIntake::Arrival& p : arrivals) {
             int const n = p.request.n;
             std::vector<LiveRequest> choices;
@@ -544,6 +562,7 @@ class Engine {
     typename StepRunner<Model>::Failures failed_;  // ended by an error this step
     typename StepRunner<Model>::Forks forked_;     // choices that start this step
     HandoffHooks handoff_;                         // set on a prefill-role engine
+    RequestIntake::InboxExchange inbox_exchange_;
 };
 
 }  // namespace tinfer

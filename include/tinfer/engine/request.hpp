@@ -108,6 +108,7 @@ struct RequestLimits {
     // Draft tokens per round: at most this; 0 with `speculation_refusal` set: none at all.
     int max_draft_tokens = 0;
     std::string speculation_refusal;  // why drafts are not allowed here, when they are not
+    std::string grammar_refusal;      // why structured output is not, when it is not
     bool has_tokenizer = true;        // stop strings need one
     // Choices per request (GenerationRequest::n): the n run together on the prompt's KV, so at
     // most the sequences the scheduler runs at once; 1 where forking is not implemented.
@@ -166,6 +167,8 @@ inline void validate_request(GenerationRequest const& request, std::span<std::in
             throw RequestError("stop token id " + std::to_string(t) +
                                " is outside the vocabulary of " + std::to_string(limits.vocab));
     if (request.grammar) {
+        if (!limits.grammar_refusal.empty())
+            throw RequestError("grammar is not supported here: " + limits.grammar_refusal);
         if (request.ignore_eos)
             throw RequestError(
                 "grammar and ignore_eos cannot be combined: a complete output ends with an end "

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -37,6 +38,11 @@ class RequestIntake {
         };
         std::optional<Transferred> transferred;
     };
+    // What one step takes: the arrivals, then the aborts.
+    using Inbox = std::pair<std::vector<Arrival>, std::vector<sched::RequestId>>;
+    // Sees (and may replace) what a step took before the scheduler does: tensor parallelism's
+    // lockstep (distributed/lockstep.hpp) sends rank 0's inbox to every other rank with it.
+    using InboxExchange = std::function<void(Inbox&)>;
 
     // The tokenizer, template and metrics must outlive the intake.
     RequestIntake(tok::Tokenizer const& tokenizer, tok::ChatTemplate const& chat,
@@ -80,8 +86,8 @@ class RequestIntake {
     }
 
     // Hands over what arrived since the last call, arrivals first.
-    std::pair<std::vector<Arrival>, std::vector<sched::RequestId>> take() {
-        std::pair<std::vector<Arrival>, std::vector<sched::RequestId>> out;
+    Inbox take() {
+        Inbox out;
         std::lock_guard lock(mutex_);
         out.first.swap(arrivals_);
         out.second.swap(aborts_);
