@@ -317,7 +317,8 @@ class PagedKvCache {
         }
         if (length >= s.reserved) return;
         if constexpr (has_sliding) {
-            if (length > 0 && length - sliding_window + 1 < s.sliding_from) {
+            // The window of a position before the first window - 1 starts at 0, held always.
+            if (length > 0 && std::max(0, length - sliding_window + 1) < s.sliding_from) {
                 throw std::logic_error(
                     "PagedKvCache::truncate to " + std::to_string(length) +
                     " tokens: the sliding layers' window of that position starts at " +
