@@ -55,6 +55,7 @@
 #include "http_server.hpp"
 #include "openai_protocol.hpp"
 #include "prometheus.hpp"
+#include "tensor_parallel.hpp"
 
 #if TINFER_WITH_MPI
 #include <tinfer/distributed/mpi_roles.hpp>
@@ -117,6 +118,7 @@ struct Options {
     int speculative_tokens = 0;  // γ of prompt-lookup speculation; 0: off
     std::string role;            // prefill or decode under mpirun; empty: colocated
     std::string chat_template;   // a Jinja file or a built-in's name; empty: the file's own
+    int tensor_parallel = 1;     // --tp: ranks of mpirun, each with its shard of the model
 };
 
 // Compares a presented key with the configured one in time that depends only on the
@@ -1054,16 +1056,23 @@ struct RoleSession {
 };
 #endif
 
+// Under --tp (`ranks`), every rank runs this; ranks > 0 follow rank 0's engine steps and serve
+// no HTTP (tensor_parallel.hpp).
 template <class ServingEngine>
 int run(Options const& options, sigset_t const& stop_signals, tinfer::gguf::File file,
-        RoleSession* role) {
+        RoleSession* role, serve::TensorParallelRanks* ranks = nullptr) {
     // Read before the engine takes the file: --chat-template replaces the file's template.
     auto chat_template = tinfer::examples::chat_template_option(options.chat_template, file);
-    ServingEngine engine(std::move(file), {.kv_budget_bytes = options.kv_budget_mb << 20,
+    ServingEngine engine =
+        serve::make_engine<ServingEngine>(std::move(file),
+                                          {.kv_budget_bytes = options.kv_budget_mb << 20,
                                            .threads = options.threads,
                                            .prefix_caching = options.prefix_caching,
                                            .int8_activations = options.precision == "int8",
-                                           .chat_template = std::move(chat_template)});
+                                           .chat_template = std::move(chat_template)},
+                                          ranks);
+    if (std::optional<int> const follower_exit = serve::join_lockstep(engine, ranks))
+        return *follower_exit;
     if (role && !role->serves_http()) {  // the decode rank: no HTTP, until rank 0 shuts it down
         std::cout << "serve: decode role, serving the prefill rank's hand-offs" << std::endl;
         role->serve(engine, [] { return false; });
@@ -1119,6 +1128,7 @@ int run(Options const& options, sigset_t const& stop_signals, tinfer::gguf::File
             }
         } catch (std::exception const& e) {
             std::cerr << "serve: the engine failed: " << e.what() << std::endl;
+            serve::abandon_lockstep(ranks);
             state.engine_failed = true;
         }
     });
@@ -1147,6 +1157,7 @@ int run(Options const& options, sigset_t const& stop_signals, tinfer::gguf::File
     workers.join();
     engine_stop = true;
     engine_thread.join();
+    serve::finish_lockstep(ranks);
     std::cout << "serve: stopped" << std::endl;
     return state.engine_failed ? 1 : 0;
 }
@@ -1260,6 +1271,11 @@ int main(int argc, char** argv) {
                    "(decodes them, no HTTP): mpirun -n 1 serve --role prefill ... : -n 1 serve "
                    "--role decode ...")
         ->check(CLI::IsMember({"prefill", "decode"}));
+    app.add_option("--tp", options.tensor_parallel,
+                   "Tensor-parallel degree: run as `mpirun -n N serve --tp N`; rank 0 serves "
+                   "HTTP, every rank computes its shard of each step (float32 KV cache)")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
     CLI11_PARSE(app, argc, argv);
     if (options.served_model_name.empty())
         options.served_model_name = std::filesystem::path(options.model).stem().string();
@@ -1284,6 +1300,18 @@ int main(int argc, char** argv) {
 #endif
         }
         auto file = tinfer::gguf::File::open(options.model);
+        if (options.tensor_parallel > 1) {
+            if (!options.role.empty())
+                throw std::runtime_error("--tp and --role cannot be combined");
+            if (options.kv_cache_dtype != "fp32")
+                throw std::runtime_error("--kv-cache-dtype " + options.kv_cache_dtype +
+                                         " is not supported under --tp: fp32 only");
+            return serve::with_tensor_parallel_engine<Serving>(
+                file, options.tensor_parallel,
+                [&]<class Engine>(serve::TensorParallelRanks& ranks) {
+                    return run<Engine>(options, stop_signals, std::move(file), nullptr, &ranks);
+                });
+        }
         return tinfer::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
             return tinfer::kv::with_kv_codecs(options.kv_cache_dtype, [&]<class Codecs>() {
                 return run<ServingEngineFor<Cfg, Codecs>>(options, stop_signals, std::move(file),
