@@ -361,12 +361,19 @@ class Lockstep {
             mpi_detail::check(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait");
             return;
         }
-        // Spin briefly (a busy server's next step comes at once), then sleep between tests.
+        // Spin briefly (a busy server's next step comes at once), then sleep between tests:
+        // 200 us while rank 0 may be mid-step, 2 ms once it has been quiet for 20 ms (an idle
+        // server steps every 50 ms; 2 ms is nothing beside a request's first forward pass).
+        auto const started = std::chrono::steady_clock::now();
         for (int tests = 0;; ++tests) {
             int done = 0;
             mpi_detail::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
             if (done) return;
-            if (tests > 1000) std::this_thread::sleep_for(std::chrono::microseconds(200));
+            if (tests < 1000) continue;
+            bool const quiet =
+                std::chrono::steady_clock::now() - started > std::chrono::milliseconds(20);
+            std::this_thread::sleep_for(quiet ? std::chrono::microseconds(2000)
+                                              : std::chrono::microseconds(200));
         }
     }
 
