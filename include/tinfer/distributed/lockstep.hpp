@@ -121,6 +121,9 @@ inline std::vector<std::byte> encode_inbox(RequestIntake::Inbox const& inbox) {
     lockstep_detail::Writer w;
     w.put(static_cast<std::uint64_t>(inbox.first.size()));
     for (RequestIntake::Arrival const& a : inbox.first) {
+        if (a.transferred)
+            throw Error("lockstep: a request prefilled by another engine (disaggregation) "
+                        "cannot be adopted under tensor parallelism");
         GenerationRequest const& r = a.request;
         kernels::SamplingParams const& s = r.sampling;
         w.put(static_cast<std::uint64_t>(a.id));
