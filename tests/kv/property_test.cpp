@@ -387,7 +387,8 @@ class PropertyRun {
         int const length =
             uniform(0, 1) == 0 ? uniform(lowest, s.written()) : uniform(0, s.written());
         bool const window_released =
-            length > 0 && length < s.reserved && length - window + 1 < cache_.sliding_from(seq);
+            length > 0 && length < s.reserved &&
+            std::max(0, length - window + 1) < cache_.sliding_from(seq);  // window starts at 0
         if (Cache::has_sliding && window_released) {
             std::vector<BlockId> const before(cache_.block_table(seq).begin(),
                                               cache_.block_table(seq).end());
