@@ -36,6 +36,7 @@
 #include <vector>
 
 #include <tinfer/core/error.hpp>
+#include <tinfer/format/unicode.hpp>
 
 namespace tinfer::jinja {
 
@@ -175,23 +176,7 @@ inline std::size_t code_point_count(std::string_view s) {
     return code_point_starts(s).size();
 }
 
-inline void append_utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-}
+using tok::append_utf8;  // format/unicode.hpp
 
 // Python's str.isspace() code points: what str.strip() (Jinja's trim) removes.
 inline bool python_space(std::uint32_t cp) {
