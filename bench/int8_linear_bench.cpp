@@ -23,10 +23,10 @@
 #include <CLI/CLI.hpp>
 
 #include <tinfer/core/half.hpp>
-#include <tinfer/format/quant_blocks.hpp>
 #include <tinfer/kernels/int8_activations.hpp>
 #include <tinfer/kernels/int8_dot.hpp>
 #include <tinfer/kernels/linear.hpp>
+#include <tinfer/quant/quant_blocks.hpp>
 
 #include "support/roofline.hpp"
 

@@ -22,14 +22,14 @@
 #include "../examples/common/cli_options.hpp"
 #include "../tests/support/text_corpus.hpp"
 
-#include <tinfer/config/presets.hpp>
-#include <tinfer/format/gguf.hpp>
-#include <tinfer/format/tokenizer_gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kv/codec.hpp>
 #include <tinfer/kv/paged_cache.hpp>
 #include <tinfer/kv/utilization.hpp>
 #include <tinfer/model/llama.hpp>
 #include <tinfer/model/shipped_presets.hpp>
+#include <tinfer/presets/presets.hpp>
+#include <tinfer/tokenizer/tokenizer_gguf.hpp>
 
 #ifndef TINFER_TEXT_DIR
 #define TINFER_TEXT_DIR "tests/data/text"
@@ -72,7 +72,7 @@ struct RequestResult {
 };
 
 template <tinfer::ModelConfig Cfg, class Cache>
-std::vector<RequestResult<Cfg>> serve_sequentially(tinfer::Llama<Cfg> const& model,
+std::vector<RequestResult<Cfg>> serve_sequentially(tinfer::model::Llama<Cfg> const& model,
                                                    std::vector<Tokens> const& prompts,
                                                    int system_tokens, bool prefix_cache,
                                                    Options const& options) {
@@ -84,7 +84,7 @@ std::vector<RequestResult<Cfg>> serve_sequentially(tinfer::Llama<Cfg> const& mod
     Cache cache(Cache::bytes_per_block *
                 static_cast<std::size_t>(Cache::blocks_for(max_tokens) *
                                          (static_cast<int>(prompts.size()) + 1)));
-    typename tinfer::Llama<Cfg>::Workspace ws(longest, options.threads);
+    typename tinfer::model::Llama<Cfg>::Workspace ws(longest, options.threads);
     std::vector<float> logits(Cfg.vocab);
     std::vector<RequestResult<Cfg>> results;
     for (Tokens const& prompt : prompts) {
@@ -117,7 +117,8 @@ std::vector<RequestResult<Cfg>> serve_sequentially(tinfer::Llama<Cfg> const& mod
 }
 
 template <tinfer::ModelConfig Cfg>
-void bench_prefix(tinfer::Llama<Cfg> const& model, Tokens const& text, Options const& options) {
+void bench_prefix(tinfer::model::Llama<Cfg> const& model, Tokens const& text,
+                  Options const& options) {
     constexpr int block = 16;
     using Cache = tinfer::kv::PagedKvCache<Cfg, block, tinfer::kv::Fp32Codec>;
     int const system = options.system_tokens;
@@ -190,13 +191,13 @@ struct CodecResult {
 
 // Perplexity of text[1..] given the preceding tokens, the text fed `chunk` tokens at a time.
 template <tinfer::ModelConfig Cfg, class KCodec, class VCodec>
-CodecResult evaluate_codecs(tinfer::Llama<Cfg> const& model, Tokens const& text,
+CodecResult evaluate_codecs(tinfer::model::Llama<Cfg> const& model, Tokens const& text,
                             Options const& options) {
     using Cache = tinfer::kv::PagedKvCache<Cfg, 16, KCodec, VCodec>;
     int const n = static_cast<int>(text.size());
     Cache cache(Cache::bytes_per_block * static_cast<std::size_t>(Cache::blocks_for(n)));
     int const seq = cache.admit(n);
-    typename tinfer::Llama<Cfg>::Workspace ws(options.chunk, options.threads);
+    typename tinfer::model::Llama<Cfg>::Workspace ws(options.chunk, options.threads);
     std::vector<float> logits(static_cast<std::size_t>(options.chunk) * Cfg.vocab);
     CodecResult result;
     result.k = KCodec::name;
@@ -230,7 +231,8 @@ CodecResult evaluate_codecs(tinfer::Llama<Cfg> const& model, Tokens const& text,
 }
 
 template <tinfer::ModelConfig Cfg>
-void bench_codecs(tinfer::Llama<Cfg> const& model, Tokens const& text, Options const& options) {
+void bench_codecs(tinfer::model::Llama<Cfg> const& model, Tokens const& text,
+                  Options const& options) {
     namespace kv = tinfer::kv;
     std::vector<CodecResult> results;
     auto const run = [&]<class K, class V>() {
@@ -318,7 +320,7 @@ void bench_utilization() {
 
 template <tinfer::ModelConfig Cfg>
 void run(tinfer::gguf::File const& file, Options const& options) {
-    auto const model = tinfer::Llama<Cfg>::bind(file);
+    auto const model = tinfer::model::Llama<Cfg>::bind(file);
     auto const tokenizer = tinfer::tok::tokenizer_from_gguf(file);
     std::string const text = tinfer::testing::read_texts(options.text);
     // Plain text, not a chat: special-token syntax in it (there is none) stays text.
@@ -353,7 +355,7 @@ int main(int argc, char** argv) {
         if (options.utilization) bench_utilization();
         if (options.prefix || options.codecs) {
             auto const file = tinfer::gguf::File::open(options.model);
-            tinfer::with_shipped_preset(
+            tinfer::model::with_shipped_preset(
                 file, [&]<tinfer::ModelConfig Cfg>() { run<Cfg>(file, options); });
         }
     } catch (std::exception const& e) {

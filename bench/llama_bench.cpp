@@ -17,11 +17,11 @@
 
 #include "../examples/common/cli_options.hpp"
 
-#include <tinfer/config/presets.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/llama.hpp>
 #include <tinfer/model/shipped_presets.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "support/roofline.hpp"
 
@@ -65,7 +65,7 @@ template <tinfer::ModelConfig Cfg, class Precision>
 void run(tinfer::gguf::File const& file, Options const& options, double model_gib,
          std::vector<double> const& read_gbps) {
     using namespace tinfer;
-    auto const model = Llama<Cfg>::bind(file);
+    auto const model = model::Llama<Cfg>::bind(file);
     std::mt19937 rng(42);
     std::uniform_int_distribution<std::int32_t> token(0, Cfg.vocab - 1);
     int const context = options.prompt_tokens + options.generated_tokens;
@@ -85,7 +85,8 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
     std::vector<double> ratios;  // batched decode over single-sequence decode, per thread count
     for (std::size_t ti = 0; ti < options.threads.size(); ++ti) {
         int const threads = options.threads[ti];
-        typename Llama<Cfg>::Workspace ws(std::max(options.prompt_tokens, options.batch), threads);
+        typename model::Llama<Cfg>::Workspace ws(std::max(options.prompt_tokens, options.batch),
+                                                 threads);
         kv::ContiguousKvCache<Cfg> cache(options.batch, context);
         auto const row = [&](std::string const& test, Stats s, double gbps) {
             char rate[64];
@@ -202,12 +203,11 @@ int main(int argc, char** argv) {
                     tinfer::bench::measured_sgemm_gflops(t));
             }
         }
-        tinfer::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
+        tinfer::model::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
             if (options.precision == "int8") {
-                run<Cfg, tinfer::precision::Int8Activations>(file, options, model_gib, read_gbps);
+                run<Cfg, tinfer::kernels::Int8Activations>(file, options, model_gib, read_gbps);
             } else {
-                run<Cfg, tinfer::precision::Float32Activations>(file, options, model_gib,
-                                                                read_gbps);
+                run<Cfg, tinfer::kernels::Float32Activations>(file, options, model_gib, read_gbps);
             }
         });
     } catch (std::exception const& e) {

@@ -24,11 +24,11 @@
 
 #include <CLI/CLI.hpp>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/llama.hpp>
 #include <tinfer/model/parallel.hpp>
 #include <tinfer/model/pipeline_parallel.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #ifdef TINFER_WITH_MPI
 #include <mpi.h>
@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
         if (o.model.empty()) throw Error("--model (or TINFER_MODEL_PATH) names the GGUF");
         auto const file = gguf::File::open(o.model);
         if (o.pipeline == 1 && o.tensor == 1)
-            return run(Llama<smol>::bind(file), o, true,
+            return run(model::Llama<smol>::bind(file), o, true,
                        "1 process, " + std::to_string(o.threads) + " threads",
                        [](std::vector<std::int32_t>&) {});
 #ifdef TINFER_WITH_MPI
@@ -149,13 +149,14 @@ int main(int argc, char** argv) {
         std::string const per_rank = ", " + std::to_string(o.threads) + " thread(s) each";
         if (o.pipeline == 2 && o.tensor == 1) {
             using Parallel = model::PipelineParallel<2, distributed::MpiCommunicator>;
-            return run(
-                Llama<smol, Parallel>::bind(file, Parallel(comm, o.micro_batches)), o, prints,
-                "PP 2, " + std::to_string(o.micro_batches) + " micro-batches" + per_rank, share);
+            return run(model::Llama<smol, Parallel>::bind(file, Parallel(comm, o.micro_batches)), o,
+                       prints,
+                       "PP 2, " + std::to_string(o.micro_batches) + " micro-batches" + per_rank,
+                       share);
         }
         if (o.tensor == 3 && o.pipeline == 1) {
             using Parallel = model::TensorParallel<3, distributed::MpiCommunicator>;
-            return run(Llama<smol, Parallel>::bind(file, Parallel(comm)), o, prints,
+            return run(model::Llama<smol, Parallel>::bind(file, Parallel(comm)), o, prints,
                        "TP 3" + per_rank, share);
         }
         throw Error("compiled for --pp 2 or --tp 3 (one at a time)");

@@ -32,14 +32,14 @@
 
 #include "../examples/common/cli_options.hpp"
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/engine/engine.hpp>
+#include <tinfer/presets/presets.hpp>
 
 namespace {
 
 using namespace tinfer;
 namespace s = tinfer::sched;
-using Model = Llama<presets::smollm2_135m>;
+using Model = model::Llama<presets::smollm2_135m>;
 using Clock = std::chrono::steady_clock;
 
 using StaticWhole =

@@ -24,15 +24,15 @@
 
 #include <CLI/CLI.hpp>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/engine/engine.hpp>
-#include <tinfer/engine/model_drafters.hpp>
-#include <tinfer/engine/speculative.hpp>
+#include <tinfer/presets/presets.hpp>
+#include <tinfer/speculative/model_drafters.hpp>
+#include <tinfer/speculative/speculative.hpp>
 
 namespace {
 
 using namespace tinfer;
-using Model = Llama<presets::smollm2_135m>;
+using Model = model::Llama<presets::smollm2_135m>;
 using Serving = sched::Scheduler<sched::ContinuousBatching<8, 1024>, sched::ChunkedPrefill<512>,
                                  sched::PreemptByRecompute, sched::Fcfs>;
 using Tokens = std::vector<std::int32_t>;

@@ -24,7 +24,6 @@
 
 #include <tinfer/core/extent.hpp>
 #include <tinfer/core/half.hpp>
-#include <tinfer/format/quant_blocks.hpp>
 #include <tinfer/kernels/attention.hpp>
 #include <tinfer/kernels/int8_activations.hpp>
 #include <tinfer/kernels/int8_dot.hpp>
@@ -34,6 +33,7 @@
 #include <tinfer/kernels/sampling.hpp>
 #include <tinfer/kv/codec.hpp>
 #include <tinfer/kv/kv_view.hpp>
+#include <tinfer/quant/quant_blocks.hpp>
 
 namespace {
 

@@ -29,8 +29,8 @@
 // First: it includes model/weights.hpp with an nvcc warning silenced (device_llama.cuh says why).
 #include <tinfer/model/cuda/device_llama.cuh>
 
-#include <tinfer/config/presets.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
+#include <tinfer/presets/presets.hpp>
 
 namespace {
 

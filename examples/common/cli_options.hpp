@@ -12,10 +12,10 @@
 #include <CLI/CLI.hpp>
 
 #include <tinfer/core/error.hpp>
-#include <tinfer/format/chat_template.hpp>
-#include <tinfer/format/gguf.hpp>
-#include <tinfer/format/tokenizer_gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kernels/sampling.hpp>
+#include <tinfer/tokenizer/chat_template.hpp>
+#include <tinfer/tokenizer/tokenizer_gguf.hpp>
 
 namespace tinfer::examples {
 

@@ -1,6 +1,6 @@
 // A shape no preset has, end to end through the installed package:
 //   1. declare it as a ModelConfig (checked at compile time by ModelShape);
-//   2. write a GGUF of it with seeded random weights (format/synthetic_model.hpp);
+//   2. write a GGUF of it with seeded random weights (gguf/synthetic_model.hpp);
 //   3. serve it with the Engine: a pp/tg measurement of one request, llama-bench style
 //      (prompt tokens / prefill seconds, generated tokens / decode seconds);
 //   4. time this shape's attention, RMSNorm and RoPE with every dimension static (generated for
@@ -39,7 +39,7 @@ static_assert(ModelShape<my_shape>);
 
 using Serving = sched::Scheduler<sched::ContinuousBatching<8, 1024>, sched::ChunkedPrefill<512>,
                                  sched::PreemptByRecompute, sched::Fcfs>;
-using MyEngine = Engine<Llama<my_shape>, Serving>;
+using MyEngine = Engine<model::Llama<my_shape>, Serving>;
 
 double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();

@@ -9,7 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/model/hyperparameters.hpp>
 #include <tinfer/model/shipped_presets.hpp>
 
@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
         for (auto const& [type, count] : types) std::cout << " " << type << " x" << count;
         std::cout << "\n// compiled into the tools: ";
         try {
-            tinfer::with_shipped_preset(
+            tinfer::model::with_shipped_preset(
                 file, []<tinfer::ModelConfig Cfg>() { std::cout << "yes, " << Cfg << "\n"; });
         } catch (tinfer::Error const&) {
             std::cout << "no (add the line above to include/tinfer/model/shipped_presets.hpp)\n";

@@ -37,12 +37,12 @@
 
 #include "../common/cli_options.hpp"
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/distributed/disaggregation.hpp>
 #include <tinfer/distributed/mpi_communicator.hpp>
 #include <tinfer/engine/engine.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/model/with_preset.hpp>
+#include <tinfer/presets/presets.hpp>
 
 namespace {
 
@@ -78,7 +78,7 @@ using Batching = sched::ContinuousBatching<64, 1024>;
 using Prefill = sched::ChunkedPrefill<256>;
 using Serving = sched::Scheduler<Batching, Prefill, sched::PreemptByRecompute, sched::Fcfs>;
 template <ModelConfig Cfg>
-using ServingEngine = Engine<Llama<Cfg>, Serving, Host, PagedKv<16, kv::Fp32Codec>>;
+using ServingEngine = Engine<model::Llama<Cfg>, Serving, Host, PagedKv<16, kv::Fp32Codec>>;
 
 template <ModelConfig Cfg>
 ServingEngine<Cfg> make_engine(std::string const& path, Options const& options, int ranks) {
@@ -328,7 +328,7 @@ int main(int argc, char** argv) {
         auto const file = gguf::File::open(options.model);
         // SmolLM2 only: distributed::KvBlockLayout ships blocks of one layer group, and Gemma 3's
         // hybrid cache has six (a sliding-window shape does not compile here).
-        return with_preset<presets::smollm2_135m>(
+        return model::with_preset<presets::smollm2_135m>(
             file, [&]<ModelConfig Cfg>() { return run<Cfg>(options, comm); });
     } catch (std::exception const& e) {
         std::cerr << "disaggregated: " << e.what() << "\n";

@@ -32,11 +32,8 @@
 
 #include "../common/cli_options.hpp"
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/engine/output_stream.hpp>
-#include <tinfer/format/chat_template.hpp>
-#include <tinfer/format/gguf.hpp>
-#include <tinfer/format/tokenizer_gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/grammar/json_schema.hpp>
 #include <tinfer/grammar/matcher.hpp>
 #include <tinfer/kernels/sampling.hpp>
@@ -45,6 +42,9 @@
 #include <tinfer/model/parallel.hpp>
 #include <tinfer/model/pipeline_parallel.hpp>
 #include <tinfer/model/shipped_presets.hpp>
+#include <tinfer/presets/presets.hpp>
+#include <tinfer/tokenizer/chat_template.hpp>
+#include <tinfer/tokenizer/tokenizer_gguf.hpp>
 
 #ifdef TINFER_WITH_MPI
 #include <mpi.h>
@@ -171,8 +171,8 @@ int run(tinfer::gguf::File const& file, Options const& options, Model const& mod
     // Activations quantized to int8 for the integer kernels (as llama.cpp does), or float32.
     auto const forward = [&](SequenceChunk const& chunk) {
         if (options.precision == "int8") {
-            model.template forward<precision::Int8Activations>(std::span(&chunk, 1), cache,
-                                                               workspace, logits);
+            model.template forward<kernels::Int8Activations>(std::span(&chunk, 1), cache, workspace,
+                                                             logits);
         } else {
             model.forward(std::span(&chunk, 1), cache, workspace, logits);
         }
@@ -248,17 +248,17 @@ int run(tinfer::gguf::File const& file, Options const& options, Model const& mod
         rusage usage{};
         getrusage(RUSAGE_SELF, &usage);
         using Parallel = typename Model::ParallelPolicy;
-        std::string const split = std::string(model::is_pipeline_parallel<Parallel> ? "pipeline"
-                                                                                    : "tensor") +
-                                  " parallel " + std::to_string(Parallel::degree);
+        std::string const split =
+            std::string(model::is_pipeline_parallel<Parallel> ? "pipeline" : "tensor") +
+            " parallel " + std::to_string(Parallel::degree);
         std::fprintf(stderr,
                      "\n[tinfer] prompt tokens %zu (%zu reused from the KV cache), generated "
                      "tokens %d (%s), threads %d, %s, %s activations\n"
                      "[tinfer] TTFT %.1f ms, TPOT %.1f ms\n"
                      "[tinfer] prefill %.1f tokens/s, decode %.1f tokens/s, peak RSS %.1f MiB\n",
                      prompt_tokens, reply.reused, generated, reply.finish.c_str(), threads,
-                     split.c_str(), options.precision.c_str(), ttft * 1e3, tpot * 1e3, prefilled / ttft,
-                     generated > 1 ? (generated - 1) / decode_seconds : 0.0,
+                     split.c_str(), options.precision.c_str(), ttft * 1e3, tpot * 1e3,
+                     prefilled / ttft, generated > 1 ? (generated - 1) / decode_seconds : 0.0,
                      usage.ru_maxrss / 1024.0);
     };
 
@@ -309,8 +309,8 @@ int run_tensor_parallel(tinfer::gguf::File const& file, Options const& options,
             fitting += (fitting.empty() ? "" : ", ") + std::to_string(Tp);
             if (options.tensor_parallel == Tp) {
                 using Parallel = model::TensorParallel<Tp, distributed::MpiCommunicator>;
-                result = run<Cfg>(file, options, Llama<Cfg, Parallel>::bind(file, Parallel(comm)),
-                                  ranks);
+                result = run<Cfg>(file, options,
+                                  model::Llama<Cfg, Parallel>::bind(file, Parallel(comm)), ranks);
             }
         }
     };
@@ -346,7 +346,8 @@ int run_pipeline_parallel(tinfer::gguf::File const& file, Options const& options
                 using Parallel = model::PipelineParallel<S, distributed::MpiCommunicator>;
                 result = run<Cfg>(
                     file, options,
-                    Llama<Cfg, Parallel>::bind(file, Parallel(comm, options.micro_batches)), ranks);
+                    model::Llama<Cfg, Parallel>::bind(file, Parallel(comm, options.micro_batches)),
+                    ranks);
             }
         }
     };
@@ -431,7 +432,7 @@ int main(int argc, char** argv) {
 #ifdef TINFER_WITH_MPI
             tinfer::distributed::MpiEnvironment mpi(&argc, &argv);
             tinfer::distributed::MpiCommunicator comm;
-            return tinfer::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
+            return tinfer::model::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
                 return run_pipeline_parallel<Cfg, 2>(file, options, comm);
             });
 #else
@@ -442,15 +443,15 @@ int main(int argc, char** argv) {
 #ifdef TINFER_WITH_MPI
             tinfer::distributed::MpiEnvironment mpi(&argc, &argv);
             tinfer::distributed::MpiCommunicator comm;
-            return tinfer::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
+            return tinfer::model::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
                 return run_tensor_parallel<Cfg, 2, 3, 4, 8>(file, options, comm);
             });
 #else
             throw tinfer::RequestError("--tp needs a build with MPI (TINFER_WITH_MPI)");
 #endif
         }
-        return tinfer::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
-            return run<Cfg>(file, options, tinfer::Llama<Cfg>::bind(file));
+        return tinfer::model::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
+            return run<Cfg>(file, options, tinfer::model::Llama<Cfg>::bind(file));
         });
     } catch (std::exception const& e) {
         std::cerr << "generate: " << e.what() << "\n";

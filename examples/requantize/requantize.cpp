@@ -17,9 +17,9 @@
 #include <CLI/CLI.hpp>
 
 #include <tinfer/core/half.hpp>
-#include <tinfer/format/gguf.hpp>
-#include <tinfer/format/gguf_writer.hpp>
-#include <tinfer/format/quant_blocks.hpp>
+#include <tinfer/gguf/gguf.hpp>
+#include <tinfer/gguf/gguf_writer.hpp>
+#include <tinfer/quant/quant_blocks.hpp>
 
 namespace {
 

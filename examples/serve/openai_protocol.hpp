@@ -17,8 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include <tinfer/format/chat_template.hpp>
 #include <tinfer/kernels/sampling.hpp>
+#include <tinfer/tokenizer/chat_template.hpp>
 
 namespace serve {
 

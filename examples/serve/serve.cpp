@@ -44,12 +44,12 @@
 
 #include <CLI/CLI.hpp>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/engine/engine.hpp>
 #include <tinfer/grammar/json_schema.hpp>
 #include <tinfer/grammar/matcher.hpp>
 #include <tinfer/kv/codec_pairs.hpp>
 #include <tinfer/model/shipped_presets.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "../common/cli_options.hpp"
 #include "http_server.hpp"
@@ -82,7 +82,7 @@ using Serving =
 // one KV codec pair (--kv-cache-dtype).
 template <tinfer::ModelConfig Cfg, class Codecs = tinfer::kv::KvCodecPair<tinfer::kv::Fp32Codec>>
 using ServingEngineFor =
-    tinfer::Engine<tinfer::Llama<Cfg>, Serving, tinfer::Host,
+    tinfer::Engine<tinfer::model::Llama<Cfg>, Serving, tinfer::Host,
                    tinfer::PagedKv<16, typename Codecs::Key, typename Codecs::Value>>;
 
 // How often an answer in progress looks at the server's state (stopping, engine failed); its
@@ -1312,7 +1312,7 @@ int main(int argc, char** argv) {
                     return run<Engine>(options, stop_signals, std::move(file), nullptr, &ranks);
                 });
         }
-        return tinfer::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
+        return tinfer::model::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
             return tinfer::kv::with_kv_codecs(options.kv_cache_dtype, [&]<class Codecs>() {
                 return run<ServingEngineFor<Cfg, Codecs>>(options, stop_signals, std::move(file),
                                                           role ? &*role : nullptr);

@@ -104,7 +104,7 @@ int with_tensor_parallel_engine([[maybe_unused]] tinfer::gguf::File const& file,
         throw std::runtime_error(
             "--tp " + std::to_string(degree) + " needs as many MPI ranks; this run has " +
             std::to_string(ranks.comm.size()) + " (mpirun -n N serve --tp N ...)");
-    return with_shipped_preset(file, [&]<ModelConfig Cfg>() {
+    return model::with_shipped_preset(file, [&]<ModelConfig Cfg>() {
         std::optional<int> result;
         std::string fitting;
         auto const try_degree = [&]<int Tp>() {
@@ -112,7 +112,7 @@ int with_tensor_parallel_engine([[maybe_unused]] tinfer::gguf::File const& file,
                 fitting += (fitting.empty() ? "" : ", ") + std::to_string(Tp);
                 if (degree == Tp) {
                     using Parallel = model::TensorParallel<Tp, distributed::MpiCommunicator>;
-                    using TensorParallelEngine = Engine<Llama<Cfg, Parallel>, Serving>;
+                    using TensorParallelEngine = Engine<model::Llama<Cfg, Parallel>, Serving>;
                     result = body.template operator()<TensorParallelEngine>(ranks);
                 }
             }

@@ -1,7 +1,7 @@
 #include <sstream>
 
 #include <boost/test/unit_test.hpp>
-#include <tinfer/config/presets.hpp>
+#include <tinfer/presets/presets.hpp>
 
 using namespace tinfer;
 

@@ -1,7 +1,7 @@
 // KV cache arithmetic against the figures of our source material (seeds/000: the table of
 // bytes per token). Checked at compile time; the runtime cases print them for the log.
 #include <boost/test/unit_test.hpp>
-#include <tinfer/config/presets.hpp>
+#include <tinfer/presets/presets.hpp>
 
 using namespace tinfer;
 

@@ -23,9 +23,9 @@
 // First: it includes model/weights.hpp with an nvcc warning silenced (device_llama.cuh says why).
 #include <tinfer/model/cuda/device_llama.cuh>
 
-#include <tinfer/config/presets.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/model/weights.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "../reference/golden_logits.hpp"
 #include "cuda_testing.cuh"

@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/kernels/cuda/embedding.cuh>
 #include <tinfer/kernels/cuda/kv_cache.cuh>
 #include <tinfer/kernels/cuda/linear.cuh>
@@ -24,6 +23,7 @@
 #include <tinfer/kernels/rmsnorm.hpp>
 #include <tinfer/kernels/rope.hpp>
 #include <tinfer/kernels/swiglu.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "cuda_testing.cuh"
 

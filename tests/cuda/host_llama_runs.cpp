@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include <tinfer/config/presets.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/llama.hpp>
+#include <tinfer/presets/presets.hpp>
 
 namespace tinfer::cuda_testing {
 
@@ -35,7 +35,7 @@ RowStatistics statistics(float const* row) {
 
 HostLlamaRun run_host_llama(std::string const& model_path, std::span<std::int32_t const> prompt,
                             int steps) {
-    using Model = Llama<smollm2>;
+    using Model = model::Llama<smollm2>;
     gguf::File const file = gguf::File::open(model_path);
     Model const model = Model::bind(file);
     int const n = static_cast<int>(prompt.size());

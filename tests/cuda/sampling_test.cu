@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/core/philox.hpp>
 #include <tinfer/kernels/cuda/sampling.cuh>
 #include <tinfer/kernels/cuda/sampling_exp.hpp>
 #include <tinfer/kernels/sampling.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "cuda_testing.cuh"
 

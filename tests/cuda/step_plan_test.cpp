@@ -12,9 +12,9 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/model/cuda/step_plan.hpp>
 #include <tinfer/model/cuda/weight_layout.hpp>
+#include <tinfer/presets/presets.hpp>
 
 namespace tc = tinfer::cuda;
 

@@ -26,12 +26,12 @@
 #include <string>
 #include <vector>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/distributed/disaggregation.hpp>
 #include <tinfer/distributed/mpi_communicator.hpp>
 #include <tinfer/engine/engine.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kv/codec.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "../reference/golden_logits.hpp"
 #include "mpi_testing.hpp"
@@ -49,7 +49,8 @@ constexpr int max_batch = 4;
 using Serving = sched::Scheduler<sched::ContinuousBatching<max_batch, 256>,
                                  sched::ChunkedPrefill<prefill_chunk_tokens>,
                                  sched::PreemptByRecompute, sched::Fcfs>;
-using ServingEngine = Engine<Llama<smollm2>, Serving, Host, PagedKv<block_size, kv::Bf16Codec>>;
+using ServingEngine =
+    Engine<model::Llama<smollm2>, Serving, Host, PagedKv<block_size, kv::Bf16Codec>>;
 using Cache = ServingEngine::Cache;
 // The formula's view of this cache: the model's shape with bf16 K and V.
 constexpr DType shipped_kv = DType::bf16;
@@ -303,8 +304,9 @@ void run_prefill(testing::mpi::Checks& checks, CountingCommunicator<MpiCommunica
         "header %zu bytes\n",
         smollm2.kv_bytes_per_token(shipped_kv), Cache::bytes_per_token, block_size,
         Cache::bytes_per_block, kv_transfer_header_bytes);
-    checks.expect(static_cast<double>(Cache::bytes_per_token) == smollm2.kv_bytes_per_token(shipped_kv),
-                  "a cache token holds exactly the formula's bytes");
+    checks.expect(
+        static_cast<double>(Cache::bytes_per_token) == smollm2.kv_bytes_per_token(shipped_kv),
+        "a cache token holds exactly the formula's bytes");
     checks.expect(engine.cache().live_sequences() == 0, "the prefill side releases every request");
     checks.expect(engine.cache().used_blocks() == engine.cache().prefix_only_blocks(),
                   "the prefill side holds only prefix-cache blocks afterwards");

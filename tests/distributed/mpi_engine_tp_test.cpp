@@ -24,7 +24,7 @@
 #include <tinfer/distributed/lockstep.hpp>
 #include <tinfer/distributed/mpi_communicator.hpp>
 #include <tinfer/engine/engine.hpp>
-#include <tinfer/format/synthetic_model.hpp>
+#include <tinfer/gguf/synthetic_model.hpp>
 #include <tinfer/model/parallel.hpp>
 
 #include "mpi_testing.hpp"
@@ -48,9 +48,9 @@ constexpr ModelConfig tiny{.layers = 2,
                            .arch = {.lm_head = LmHead::separate}};
 using Serving = s::Scheduler<s::ContinuousBatching<4, 64>, s::ChunkedPrefill<16>,
                              s::PreemptByRecompute, s::Fcfs>;
-using Single = Engine<Llama<tiny>, Serving>;
+using Single = Engine<model::Llama<tiny>, Serving>;
 using Parallel = model::TensorParallel<ranks, distributed::MpiCommunicator>;
-using Sharded = Engine<Llama<tiny, Parallel>, Serving>;
+using Sharded = Engine<model::Llama<tiny, Parallel>, Serving>;
 
 struct Stream {
     std::vector<std::int32_t> tokens;

@@ -6,10 +6,10 @@
 #include <random>
 #include <vector>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/distributed/kv_transfer.hpp>
 #include <tinfer/distributed/mpi_communicator.hpp>
 #include <tinfer/model/tensor_parallel_shard.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "mpi_testing.hpp"
 

@@ -21,12 +21,12 @@
 #include <string>
 #include <vector>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/distributed/mpi_communicator.hpp>
 #include <tinfer/engine/engine.hpp>
-#include <tinfer/format/synthetic_model.hpp>
+#include <tinfer/gguf/synthetic_model.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/pipeline_parallel.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "mpi_testing.hpp"
 
@@ -51,8 +51,8 @@ constexpr ModelConfig tiny{.layers = 4,
                            .arch = {.lm_head = LmHead::separate}};
 using Serving = s::Scheduler<s::ContinuousBatching<4, 64>, s::ChunkedPrefill<16>,
                              s::PreemptByRecompute, s::Fcfs>;
-using Single = Engine<Llama<tiny>, Serving>;
-using Staged = Engine<Llama<tiny, Pipeline>, Serving>;
+using Single = Engine<model::Llama<tiny>, Serving>;
+using Staged = Engine<model::Llama<tiny, Pipeline>, Serving>;
 static_assert(Staged::Cache::bytes_per_block * stages == Single::Cache::bytes_per_block,
               "a stage's KV blocks hold its own layers only");
 
@@ -175,8 +175,8 @@ void smollm2_case(testing::mpi::Checks& checks, distributed::MpiCommunicator& mp
     if (!checks.expect(path != nullptr && *path, "TINFER_MODEL_PATH names the SmolLM2 GGUF"))
         return;
     constexpr ModelConfig smol = presets::smollm2_135m;
-    using Whole = Llama<smol>;
-    using Stage = Llama<smol, Pipeline>;
+    using Whole = model::Llama<smol>;
+    using Stage = model::Llama<smol, Pipeline>;
     gguf::File const file = gguf::File::open(path);
     Stage const stage = Stage::bind(file, Pipeline(mpi, /*micro_batches=*/2));
     std::mt19937_64 rng(seed);
@@ -253,9 +253,9 @@ void refusals_case(testing::mpi::Checks& checks, distributed::MpiCommunicator& m
     gguf::SyntheticModel model(tiny, 7);
     std::vector<std::byte> const bytes = model.bytes();
     gguf::File const file = gguf::File::from_bytes(bytes);
-    auto const staged = Llama<tiny, Pipeline>::bind(file, Pipeline(mpi));
-    kv::ContiguousKvCache<Llama<tiny, Pipeline>::local_config> cache(1, 8);
-    typename Llama<tiny, Pipeline>::Workspace ws(8, 1);
+    auto const staged = model::Llama<tiny, Pipeline>::bind(file, Pipeline(mpi));
+    kv::ContiguousKvCache<model::Llama<tiny, Pipeline>::local_config> cache(1, 8);
+    typename model::Llama<tiny, Pipeline>::Workspace ws(8, 1);
     std::vector<float> logits(tiny.vocab);
     std::int32_t const token = 1;
     SequenceChunk const chunk{.slot = 0, .first_position = 0, .tokens = std::span(&token, 1)};

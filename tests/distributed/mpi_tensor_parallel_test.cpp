@@ -8,10 +8,10 @@
 #include <random>
 #include <vector>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/distributed/mpi_communicator.hpp>
-#include <tinfer/format/quant_blocks.hpp>
 #include <tinfer/model/tensor_parallel_shard.hpp>
+#include <tinfer/presets/presets.hpp>
+#include <tinfer/quant/quant_blocks.hpp>
 
 #include "mpi_testing.hpp"
 

@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/model/pipeline_parallel.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "testing.hpp"
 

@@ -8,8 +8,8 @@
 #include <iterator>
 #include <string>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/distributed/scale_out_arithmetic.hpp>
+#include <tinfer/presets/presets.hpp>
 
 namespace tinfer::distributed::doc {
 

@@ -5,8 +5,8 @@
 #include <sstream>
 #include <string>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/distributed/scale_out_arithmetic.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "scale_out_table.hpp"
 #include "testing.hpp"

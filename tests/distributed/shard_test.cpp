@@ -5,9 +5,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/core/communicator.hpp>
 #include <tinfer/model/tensor_parallel_shard.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "testing.hpp"
 

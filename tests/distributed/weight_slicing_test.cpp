@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include <tinfer/config/presets.hpp>
-#include <tinfer/format/quant_blocks.hpp>
 #include <tinfer/model/tensor_parallel_shard.hpp>
+#include <tinfer/presets/presets.hpp>
+#include <tinfer/quant/quant_blocks.hpp>
 
 #include "testing.hpp"
 

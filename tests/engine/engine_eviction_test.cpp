@@ -6,15 +6,15 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/engine/engine.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "step_until.hpp"
 #include "testing.hpp"
 
 using namespace tinfer;
-using Model = Llama<presets::smollm2_135m>;
+using Model = model::Llama<presets::smollm2_135m>;
 namespace s = tinfer::sched;
 
 namespace {

@@ -11,15 +11,15 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/engine/engine.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "../reference/golden_logits.hpp"
 #include "testing.hpp"
 
 using namespace tinfer;
-using Model = Llama<presets::smollm2_135m>;
+using Model = model::Llama<presets::smollm2_135m>;
 namespace s = tinfer::sched;
 
 namespace {
@@ -175,7 +175,7 @@ BOOST_AUTO_TEST_CASE(int8_activations_keep_each_request_its_own_tokens) {
         int position = 0;
         while (static_cast<int>(tokens.size()) < j.max_tokens) {
             SequenceChunk const chunk{.slot = 0, .first_position = position, .tokens = next};
-            model.forward<precision::Int8Activations>(std::span(&chunk, 1), cache, ws, logits);
+            model.forward<kernels::Int8Activations>(std::span(&chunk, 1), cache, ws, logits);
             position += static_cast<int>(next.size());
             next = {static_cast<std::int32_t>(std::ranges::max_element(logits) - logits.begin())};
             tokens.push_back(next.front());

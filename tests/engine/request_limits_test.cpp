@@ -7,10 +7,10 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/engine/kv_lifecycle.hpp>
 #include <tinfer/engine/request.hpp>
 #include <tinfer/kv/paged_cache.hpp>
+#include <tinfer/presets/presets.hpp>
 #include <tinfer/sched/eviction.hpp>
 
 #include "testing.hpp"

@@ -45,7 +45,7 @@ constexpr ModelConfig tiny{.layers = 2,
                            // Its own LM head: a tied one makes greedy decoding repeat the last
                            // token of a random model forever.
                            .arch = {.lm_head = LmHead::separate}};
-using Model = Llama<tiny>;
+using Model = model::Llama<tiny>;
 constexpr int block_size = 16;
 constexpr std::size_t block_bytes = kv::PagedKvCache<tiny, block_size>::bytes_per_block;
 

@@ -23,8 +23,8 @@
 
 #include <fuzzer/FuzzedDataProvider.h>
 
-#include <tinfer/format/chat_template.hpp>
-#include <tinfer/format/tokenizer_gguf.hpp>
+#include <tinfer/tokenizer/chat_template.hpp>
+#include <tinfer/tokenizer/tokenizer_gguf.hpp>
 
 #include "tokenizer_fuzz.hpp"
 

@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include <tinfer/core/error.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 
 namespace fuzz {
 

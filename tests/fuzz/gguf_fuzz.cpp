@@ -9,7 +9,7 @@
 #include <variant>
 #include <vector>
 
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 
 namespace {
 

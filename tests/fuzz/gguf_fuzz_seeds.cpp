@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include <tinfer/format/gguf_writer.hpp>
+#include <tinfer/gguf/gguf_writer.hpp>
 
 namespace gguf = tinfer::gguf;
 

@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include <tinfer/format/tokenizer_gguf.hpp>
+#include <tinfer/tokenizer/tokenizer_gguf.hpp>
 
 #include "tokenizer_fuzz.hpp"
 

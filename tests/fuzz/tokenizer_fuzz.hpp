@@ -19,9 +19,9 @@
 #include <vector>
 
 #include <tinfer/core/error.hpp>
-#include <tinfer/format/tokenizer.hpp>
-#include <tinfer/format/tokenizer_stream.hpp>
-#include <tinfer/format/unicode.hpp>
+#include <tinfer/core/unicode.hpp>
+#include <tinfer/tokenizer/tokenizer.hpp>
+#include <tinfer/tokenizer/tokenizer_stream.hpp>
 
 #include "fuzz_support.hpp"
 

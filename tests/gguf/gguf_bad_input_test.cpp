@@ -9,8 +9,8 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/format/gguf.hpp>
-#include <tinfer/format/gguf_writer.hpp>
+#include <tinfer/gguf/gguf.hpp>
+#include <tinfer/gguf/gguf_writer.hpp>
 
 #include "gguf_test_support.hpp"
 #include "testing.hpp"

@@ -11,7 +11,7 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 
 #include "gguf_test_support.hpp"
 #include "testing.hpp"

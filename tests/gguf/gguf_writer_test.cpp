@@ -12,9 +12,9 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/format/gguf.hpp>
-#include <tinfer/format/gguf_writer.hpp>
-#include <tinfer/format/quant_blocks.hpp>
+#include <tinfer/gguf/gguf.hpp>
+#include <tinfer/gguf/gguf_writer.hpp>
+#include <tinfer/quant/quant_blocks.hpp>
 
 #include "gguf_test_support.hpp"
 #include "testing.hpp"

@@ -12,7 +12,7 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kernels/embedding.hpp>
 #include <tinfer/kernels/linear.hpp>
 

@@ -10,8 +10,8 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/format/gguf.hpp>
-#include <tinfer/format/quant_blocks.hpp>
+#include <tinfer/gguf/gguf.hpp>
+#include <tinfer/quant/quant_blocks.hpp>
 
 #include "gguf_test_support.hpp"
 #include "testing.hpp"

@@ -11,16 +11,16 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/engine/engine.hpp>
-#include <tinfer/format/tokenizer_gguf.hpp>
 #include <tinfer/grammar/json_schema.hpp>
+#include <tinfer/presets/presets.hpp>
+#include <tinfer/tokenizer/tokenizer_gguf.hpp>
 
 #include "json_check.hpp"
 #include "testing.hpp"
 
 using namespace tinfer;
-using Model = Llama<presets::smollm2_135m>;
+using Model = model::Llama<presets::smollm2_135m>;
 namespace s = tinfer::sched;
 using Serving =
     s::Scheduler<s::ContinuousBatching<16, 512>, s::WholePrompt, s::PreemptByRecompute, s::Fcfs>;

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include <tinfer/core/half.hpp>
-#include <tinfer/format/quant_blocks.hpp>
 #include <tinfer/kernels/weight_matrix.hpp>
+#include <tinfer/quant/quant_blocks.hpp>
 
 #include "testing.hpp"
 

@@ -10,18 +10,18 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/config/presets.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/kv/paged_cache.hpp>
 #include <tinfer/model/llama.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "testing.hpp"
 
 namespace {
 
 constexpr tinfer::ModelConfig gemma3 = tinfer::presets::gemma3_270m;
-using Model = tinfer::Llama<gemma3>;
+using Model = tinfer::model::Llama<gemma3>;
 using Paged = tinfer::kv::PagedKvCache<gemma3, 16>;
 
 std::vector<std::int32_t> random_tokens(int n, unsigned seed) {

@@ -12,11 +12,11 @@
 #include <sstream>
 #include <vector>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/kernels/attention.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/kv/paged_cache.hpp>
 #include <tinfer/model/attention_scores.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "testing.hpp"
 

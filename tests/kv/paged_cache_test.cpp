@@ -9,10 +9,10 @@
 #include <tuple>
 #include <vector>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/kv/kv_view.hpp>
 #include <tinfer/kv/paged_cache.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "testing.hpp"
 

@@ -21,12 +21,12 @@
 #include <boost/mpl/list.hpp>
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/config/presets.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kv/codec.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/kv/paged_cache.hpp>
 #include <tinfer/model/llama.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "../reference/golden_logits.hpp"
 #include "testing.hpp"
@@ -34,7 +34,7 @@
 namespace tt = tinfer::testing;
 namespace kv = tinfer::kv;
 constexpr tinfer::ModelConfig smollm2 = tinfer::presets::smollm2_135m;
-using Model = tinfer::Llama<smollm2>;
+using Model = tinfer::model::Llama<smollm2>;
 constexpr int vocab = smollm2.vocab;
 constexpr int decode_steps = 16;  // the golden file's decode steps that carry logits
 constexpr int threads = 2;

@@ -20,11 +20,11 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/config/presets.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/hyperparameters.hpp>
 #include <tinfer/model/llama.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "synthetic_model.hpp"
 #include "testing.hpp"
@@ -36,7 +36,7 @@ using tinfer::LayerKind;
 using tinfer::ModelConfig;
 
 // SmolLM2: one kind of layer, and every part Llama's.
-using Smol = tinfer::Llama<presets::smollm2_135m>;
+using Smol = tinfer::model::Llama<presets::smollm2_135m>;
 static_assert(!model::uses_two_layer_kinds<presets::smollm2_135m>);
 static_assert(std::is_same_v<Smol::FirstLayer, Smol::GlobalLayer>);
 static_assert(std::is_same_v<Smol::FirstLayer::Gate, tinfer::kernels::SiluGate>);
@@ -50,7 +50,7 @@ static_assert(
 static_assert(!model::has_sliding_rope_table<presets::smollm2_135m>);
 
 // Gemma 3: two kinds of layer (5, 11 and 17 global), each with Gemma's parts.
-using Gemma = tinfer::Llama<presets::gemma3_270m>;
+using Gemma = tinfer::model::Llama<presets::gemma3_270m>;
 static_assert(model::uses_two_layer_kinds<presets::gemma3_270m>);
 static_assert(presets::gemma3_270m.layer_kind(4) == LayerKind::sliding &&
               presets::gemma3_270m.layer_kind(5) == LayerKind::global &&
@@ -160,7 +160,7 @@ double logit_tolerance(ModelConfig const& c, double max_abs_logit) {
 
 template <ModelConfig Cfg>
 void check_against_reference(std::string const& name, std::uint64_t seed) {
-    using Model = tinfer::Llama<Cfg>;
+    using Model = tinfer::model::Llama<Cfg>;
     auto const path = write_model(tt::SyntheticModel(Cfg, seed).bytes(), name);
     auto const file = tinfer::gguf::File::open(path);
     // The file reads back as exactly the config it was written from.
@@ -203,7 +203,7 @@ void check_against_reference(std::string const& name, std::uint64_t seed) {
 std::string bind_error(std::vector<std::byte> const& bytes) {
     try {
         auto const file = tinfer::gguf::File::from_bytes(bytes);
-        (void)tinfer::Llama<tiny_llama>::bind(file);
+        (void)tinfer::model::Llama<tiny_llama>::bind(file);
     } catch (tinfer::Error const& e) {
         return e.what();
     }

@@ -4,11 +4,11 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/config/presets.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/model/hyperparameters.hpp>
 #include <tinfer/model/llama.hpp>
 #include <tinfer/model/with_preset.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "testing.hpp"
 
@@ -42,7 +42,7 @@ BOOST_AUTO_TEST_SUITE(binding)
 
 BOOST_AUTO_TEST_CASE(binds_smollm2_in_place) {
     auto const file = tinfer::gguf::File::open(tt::model_path());
-    auto const model = tinfer::Llama<presets::smollm2_135m>::bind(file);
+    auto const model = tinfer::model::Llama<presets::smollm2_135m>::bind(file);
     auto const& w = model.weights();
     BOOST_TEST((w.token_embedding.type == tinfer::DType::q8_0));
     BOOST_TEST(w.token_embedding.rows == 49152);
@@ -119,7 +119,7 @@ BOOST_AUTO_TEST_CASE(mismatches_name_field_and_both_values) {
 BOOST_AUTO_TEST_CASE(bind_refuses_a_wrong_config) {
     auto const file = tinfer::gguf::File::open(tt::model_path());
     BOOST_CHECK_EXCEPTION(
-        tinfer::Llama<smollm2_four_kv_heads>::bind(file), tinfer::ConfigMismatch,
+        tinfer::model::Llama<smollm2_four_kv_heads>::bind(file), tinfer::ConfigMismatch,
         [](tinfer::ConfigMismatch const& e) {
             std::string const what = e.what();
             BOOST_TEST_MESSAGE(what);
@@ -133,11 +133,11 @@ BOOST_AUTO_TEST_CASE(bind_refuses_a_wrong_config) {
 BOOST_AUTO_TEST_CASE(with_preset_picks_the_matching_shape) {
     auto const file = tinfer::gguf::File::open(tt::model_path());
     auto const chosen =
-        tinfer::with_preset<presets::llama2_7b, presets::smollm2_135m, presets::qwen25_05b>(
+        tinfer::model::with_preset<presets::llama2_7b, presets::smollm2_135m, presets::qwen25_05b>(
             file, []<ModelConfig Cfg>() { return Cfg; });
     BOOST_TEST((chosen == presets::smollm2_135m));
 
-    BOOST_CHECK_EXCEPTION((tinfer::with_preset<presets::llama2_7b, presets::mistral_7b>(
+    BOOST_CHECK_EXCEPTION((tinfer::model::with_preset<presets::llama2_7b, presets::mistral_7b>(
                               file, []<ModelConfig>() { return 0; })),
                           tinfer::Error, [](tinfer::Error const& e) {
                               std::string const what = e.what();

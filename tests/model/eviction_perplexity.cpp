@@ -10,9 +10,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include <tinfer/config/presets.hpp>
-#include <tinfer/format/gguf.hpp>
-#include <tinfer/format/tokenizer_gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
+#include <tinfer/presets/presets.hpp>
+#include <tinfer/tokenizer/tokenizer_gguf.hpp>
 
 #include "../support/text_corpus.hpp"
 #include "eviction_run.hpp"
@@ -20,7 +20,7 @@
 namespace {
 
 constexpr tinfer::ModelConfig smollm2 = tinfer::presets::smollm2_135m;
-using Model = tinfer::Llama<smollm2>;
+using Model = tinfer::model::Llama<smollm2>;
 namespace ev = tinfer::testing::eviction;
 namespace sched = tinfer::sched;
 

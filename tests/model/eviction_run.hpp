@@ -43,7 +43,7 @@ inline double negative_log_likelihood(std::span<float const> logits, int target)
 }
 
 template <sched::EvictionPolicy Policy, ModelConfig Cfg>
-PolicyRun run_policy(Llama<Cfg> const& model, std::span<std::int32_t const> text, int chunk,
+PolicyRun run_policy(model::Llama<Cfg> const& model, std::span<std::int32_t const> text, int chunk,
                      int threads) {
     int const n = static_cast<int>(text.size());
     if (n < 2 || chunk < 1) throw std::invalid_argument("run_policy: needs 2 tokens, chunk >= 1");
@@ -51,7 +51,7 @@ PolicyRun run_policy(Llama<Cfg> const& model, std::span<std::int32_t const> text
     int const capacity =
         static_cast<int>(std::min<std::int64_t>(n, std::int64_t{Policy::max_kept()} + chunk));
     kv::ContiguousKvCache<Cfg> cache(1, capacity);
-    typename Llama<Cfg>::Workspace ws(chunk, threads);
+    typename model::Llama<Cfg>::Workspace ws(chunk, threads);
     std::vector<float> logits(static_cast<std::size_t>(chunk) * Cfg.vocab);
     std::vector<float> scores(Policy::needs_attention_scores ? static_cast<std::size_t>(capacity)
                                                              : 0);

@@ -16,14 +16,14 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/config/presets.hpp>
-#include <tinfer/format/gguf.hpp>
-#include <tinfer/format/tokenizer_gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/kv/paged_cache.hpp>
 #include <tinfer/model/attention_scores.hpp>
 #include <tinfer/model/llama.hpp>
+#include <tinfer/presets/presets.hpp>
 #include <tinfer/sched/eviction.hpp>
+#include <tinfer/tokenizer/tokenizer_gguf.hpp>
 
 #include "eviction_run.hpp"
 #include "testing.hpp"
@@ -34,7 +34,7 @@ namespace ev = tinfer::testing::eviction;
 namespace kv = tinfer::kv;
 namespace sched = tinfer::sched;
 constexpr tinfer::ModelConfig smollm2 = tinfer::presets::smollm2_135m;
-using Model = tinfer::Llama<smollm2>;
+using Model = tinfer::model::Llama<smollm2>;
 constexpr int vocab = smollm2.vocab;
 constexpr int head_dim = smollm2.head_dim;
 constexpr int kv_width = smollm2.kv_width();
@@ -338,7 +338,7 @@ BOOST_AUTO_TEST_CASE(window_eviction_equals_a_sliding_window_model) {
         c.sliding_window = window + 1;
         return c;
     }();
-    using WindowedModel = tinfer::Llama<windowed>;
+    using WindowedModel = tinfer::model::Llama<windowed>;
     auto const full = tinfer::model::ModelWeights<smollm2>::bind(f.file);
     tinfer::model::ModelWeights<windowed> weights{full.token_embedding, full.output,
                                                   full.output_norm, full.layers};

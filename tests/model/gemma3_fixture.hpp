@@ -5,9 +5,9 @@
 #include <random>
 #include <vector>
 
-#include <tinfer/config/presets.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/model/llama.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "testing.hpp"
 
@@ -15,7 +15,7 @@ namespace tinfer::testing {
 
 struct Gemma3Fixture {
     gguf::File file = gguf::File::open(gemma3_path());
-    Llama<presets::gemma3_270m> model = Llama<presets::gemma3_270m>::bind(file);
+    model::Llama<presets::gemma3_270m> model = model::Llama<presets::gemma3_270m>::bind(file);
 };
 
 inline Gemma3Fixture& gemma3_fixture() {

@@ -10,10 +10,10 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/config/presets.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/llama.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "../reference/golden_logits.hpp"
 #include "gemma3_fixture.hpp"
@@ -26,7 +26,7 @@ namespace tt = tinfer::testing;
 namespace {
 
 constexpr tinfer::ModelConfig gemma3 = tinfer::presets::gemma3_270m;
-using Model = tinfer::Llama<gemma3>;
+using Model = tinfer::model::Llama<gemma3>;
 constexpr int vocab = gemma3.vocab;
 
 }  // namespace
@@ -117,13 +117,13 @@ BOOST_AUTO_TEST_CASE(logits_and_greedy_match_float64_reference) {
     }
 }
 
-// precision::Int8Activations on Gemma 3's mixed file (Q5_0, Q8_0, Q4_K and Q6_K matrices all
+// kernels::Int8Activations on Gemma 3's mixed file (Q5_0, Q8_0, Q4_K and Q6_K matrices all
 // take the integer path): the same bounds as SmolLM2's (int8_precision_test.cpp) against the
 // float32 path, over the full 262,144-token vocabulary at every prompt position and 16
 // teacher-forced decode steps.
 BOOST_AUTO_TEST_CASE(int8_activations_close_to_float32) {
-    using Int8 = tinfer::precision::Int8Activations;
-    using Float32 = tinfer::precision::Float32Activations;
+    using Int8 = tinfer::kernels::Int8Activations;
+    using Float32 = tinfer::kernels::Float32Activations;
     Model const& model = tt::gemma3_fixture().model;
     auto const golden =
         tt::load_golden_file(tt::data_dir() / "reference" / "gemma3_golden_logits.bin");

@@ -1,4 +1,4 @@
-// precision::Int8Activations on Gemma 3 270M, whose matrices are Q5_0 (most), Q4_K and Q6_K
+// kernels::Int8Activations on Gemma 3 270M, whose matrices are Q5_0 (most), Q4_K and Q6_K
 // (attention output, FFN down) and Q8_0 (the tied LM head): every one takes the int8 strip
 // kernels, each repacked by its own type. Against the float32 path at every position of a
 // prompt: KL divergence and top-1 agreement over the full vocabulary; and batch invariance of
@@ -11,11 +11,11 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/config/presets.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kernels/int8_dot.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/llama.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "gemma3_fixture.hpp"
 #include "logit_metrics.hpp"
@@ -23,10 +23,10 @@
 
 namespace tt = tinfer::testing;
 constexpr tinfer::ModelConfig gemma3 = tinfer::presets::gemma3_270m;
-using Model = tinfer::Llama<gemma3>;
+using Model = tinfer::model::Llama<gemma3>;
 using Cache = tinfer::kv::ContiguousKvCache<gemma3>;
-using Int8 = tinfer::precision::Int8Activations;
-using Float32 = tinfer::precision::Float32Activations;
+using Int8 = tinfer::kernels::Int8Activations;
+using Float32 = tinfer::kernels::Float32Activations;
 constexpr int vocab = gemma3.vocab;
 
 // Bounds as SmolLM2's (int8_precision_test.cpp); measured on this prompt (64 positions,

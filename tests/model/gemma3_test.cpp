@@ -10,18 +10,18 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/config/presets.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/hyperparameters.hpp>
 #include <tinfer/model/llama.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "gemma3_fixture.hpp"
 #include "testing.hpp"
 
 namespace tt = tinfer::testing;
 constexpr tinfer::ModelConfig gemma3 = tinfer::presets::gemma3_270m;
-using Model = tinfer::Llama<gemma3>;
+using Model = tinfer::model::Llama<gemma3>;
 using tinfer::DType;
 
 BOOST_AUTO_TEST_SUITE(gemma3_model)
@@ -33,7 +33,7 @@ BOOST_AUTO_TEST_CASE(description_reads_back_as_the_preset) {
         BOOST_TEST(p.matches,
                    p.key << ": file has " << p.file_value << ", config has " << p.config_value);
     // SmolLM2's shape is refused, naming the architecture.
-    BOOST_CHECK_EXCEPTION(tinfer::Llama<tinfer::presets::smollm2_135m>::bind(f.file),
+    BOOST_CHECK_EXCEPTION(tinfer::model::Llama<tinfer::presets::smollm2_135m>::bind(f.file),
                           tinfer::ConfigMismatch, [](tinfer::ConfigMismatch const& e) {
                               return std::string(e.what()).find(
                                          "general.architecture: file has \"gemma3\", config "

@@ -1,4 +1,4 @@
-// precision::Int8Activations on the real model: how far quantizing every matrix input to int8
+// kernels::Int8Activations on the real model: how far quantizing every matrix input to int8
 // (per block of 32) moves the output distribution, against the float32 path (which matches the
 // float64 reference to ~1e-6, golden_test.cpp) over the full vocabulary: KL divergence and top-1
 // agreement at every prefill position and along a teacher-forced greedy continuation; the
@@ -11,10 +11,10 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/config/presets.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/llama.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "../reference/golden_logits.hpp"
 #include "logit_metrics.hpp"
@@ -22,10 +22,10 @@
 
 namespace tt = tinfer::testing;
 constexpr tinfer::ModelConfig smollm2 = tinfer::presets::smollm2_135m;
-using Model = tinfer::Llama<smollm2>;
+using Model = tinfer::model::Llama<smollm2>;
 using Cache = tinfer::kv::ContiguousKvCache<smollm2>;
-using Int8 = tinfer::precision::Int8Activations;
-using Float32 = tinfer::precision::Float32Activations;
+using Int8 = tinfer::kernels::Int8Activations;
+using Float32 = tinfer::kernels::Float32Activations;
 constexpr int vocab = smollm2.vocab;
 
 // Bounds, set from measurement with headroom (docs/performance.md has the measured values):

@@ -11,17 +11,17 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/config/presets.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/llama.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "../reference/golden_logits.hpp"
 #include "testing.hpp"
 
 namespace tt = tinfer::testing;
 constexpr tinfer::ModelConfig smollm2 = tinfer::presets::smollm2_135m;
-using Model = tinfer::Llama<smollm2>;
+using Model = tinfer::model::Llama<smollm2>;
 using Cache = tinfer::kv::ContiguousKvCache<smollm2>;
 constexpr int vocab = smollm2.vocab;
 

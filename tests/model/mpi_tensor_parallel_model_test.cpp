@@ -32,14 +32,14 @@
 
 #include <mpi.h>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/distributed/lockstep.hpp>
 #include <tinfer/distributed/mpi_communicator.hpp>
 #include <tinfer/engine/engine.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/llama.hpp>
 #include <tinfer/model/parallel.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "mpi_testing.hpp"
 #include "reference/golden_logits.hpp"
@@ -51,8 +51,8 @@ namespace {
 constexpr ModelConfig smollm2 = presets::smollm2_135m;
 constexpr int degree = 3;
 using Parallel = model::TensorParallel<degree, distributed::MpiCommunicator>;
-using ShardedModel = Llama<smollm2, Parallel>;
-using WholeModel = Llama<smollm2>;
+using ShardedModel = model::Llama<smollm2, Parallel>;
+using WholeModel = model::Llama<smollm2>;
 constexpr int vocab = smollm2.vocab;
 constexpr double logit_rtol = 1e-3;
 constexpr int generated = 24;  // greedy steps per prompt
@@ -150,7 +150,7 @@ void engine_in_lockstep(testing::mpi::Checks& checks, distributed::MpiCommunicat
     using TensorParallel = model::TensorParallel<Tp, distributed::MpiCommunicator>;
     using Serving = sched::Scheduler<sched::ContinuousBatching<4, 64>, sched::ChunkedPrefill<16>,
                                      sched::PreemptByRecompute, sched::Fcfs>;
-    using Sharded = Engine<Llama<Cfg, TensorParallel>, Serving>;
+    using Sharded = Engine<model::Llama<Cfg, TensorParallel>, Serving>;
     constexpr int new_tokens = 6;
     auto const started = std::chrono::steady_clock::now();
     Sharded engine(gguf::File::open(path), {.kv_budget_bytes = 64 << 20, .threads = 1}, {},
@@ -200,7 +200,7 @@ void engine_in_lockstep(testing::mpi::Checks& checks, distributed::MpiCommunicat
     checks.expect(engine.metrics().summary().prefix_hit_rate > 0,
                   std::string(name) + ": the shared prefix was a prefix-cache hit under TP");
 
-    auto const whole = Llama<Cfg>::bind(file_for_reference);
+    auto const whole = model::Llama<Cfg>::bind(file_for_reference);
     int equal = 0, near_ties = 0;
     for (std::size_t i = 0; i < prompts.size(); ++i) {
         auto const one = generate(whole, prompts[i], false, new_tokens, true);

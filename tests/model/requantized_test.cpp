@@ -14,16 +14,16 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/config/presets.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/llama.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "testing.hpp"
 
 namespace tt = tinfer::testing;
 constexpr tinfer::ModelConfig smollm2 = tinfer::presets::smollm2_135m;
-using Model = tinfer::Llama<smollm2>;
+using Model = tinfer::model::Llama<smollm2>;
 
 BOOST_AUTO_TEST_CASE(smollm2_q8_0_against_float64_reference) {
     char const* tool = std::getenv("TINFER_REQUANTIZE");

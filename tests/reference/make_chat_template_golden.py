@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Renders chat templates with the jinja2 package, as Hugging Face transformers runs them, into
 tests/data/tokenizer/chat_template_golden.tsv, which tests/tokenizer/chat_template_test.cpp
-compares with tinfer's Jinja interpreter (include/tinfer/format/jinja.hpp) byte for byte.
+compares with tinfer's Jinja interpreter (include/tinfer/jinja/jinja.hpp) byte for byte.
 
     python3 tests/reference/make_chat_template_golden.py          # rewrite the golden file
     python3 tests/reference/make_chat_template_golden.py --check  # CTest: is it current?

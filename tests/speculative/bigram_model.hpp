@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include <tinfer/engine/drafters.hpp>
-#include <tinfer/engine/speculative.hpp>
+#include <tinfer/speculative/drafters.hpp>
+#include <tinfer/speculative/speculative.hpp>
 #include "testing.hpp"
 
 namespace tinfer::testing::speculative {

@@ -42,7 +42,7 @@ constexpr ModelConfig tiny{.layers = 2,
                            .norm_eps = 1e-5,
                            // A tied LM head makes a random model all but repeat its last token.
                            .arch = {.lm_head = LmHead::separate}};
-using Model = Llama<tiny>;
+using Model = model::Llama<tiny>;
 constexpr int vocab = tiny.vocab;
 constexpr long repetitions = 20000;
 constexpr int generated_length = 4;

@@ -13,8 +13,8 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/engine/drafters.hpp>
-#include <tinfer/engine/speculative.hpp>
+#include <tinfer/speculative/drafters.hpp>
+#include <tinfer/speculative/speculative.hpp>
 #include "bigram_model.hpp"
 #include "chi_square.hpp"
 #include "testing.hpp"
@@ -24,10 +24,10 @@ namespace {
 using tinfer::kernels::SamplingParams;
 using tinfer::spec::DraftProposal;
 using tinfer::spec::ModelDrafter;
-using tinfer::testing::speculative::BigramDraftModel;
-using tinfer::testing::speculative::BigramTable;
 using tinfer::testing::chi_square;
 using tinfer::testing::ChiSquare;
+using tinfer::testing::speculative::BigramDraftModel;
+using tinfer::testing::speculative::BigramTable;
 using tinfer::testing::speculative::random_bigram;
 using Tokens = std::vector<std::int32_t>;
 using Matrix = std::vector<std::vector<double>>;  // [last token][next token]

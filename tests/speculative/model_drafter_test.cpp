@@ -8,8 +8,8 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/engine/drafters.hpp>
-#include <tinfer/engine/speculative.hpp>
+#include <tinfer/speculative/drafters.hpp>
+#include <tinfer/speculative/speculative.hpp>
 #include "bigram_model.hpp"
 #include "testing.hpp"
 

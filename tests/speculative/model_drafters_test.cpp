@@ -11,15 +11,15 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/engine/engine.hpp>
-#include <tinfer/engine/model_drafters.hpp>
+#include <tinfer/presets/presets.hpp>
+#include <tinfer/speculative/model_drafters.hpp>
 
 #include "spec_engine_support.hpp"
 #include "step_until.hpp"
 
 using namespace tinfer;
-using Model = Llama<presets::smollm2_135m>;
+using Model = model::Llama<presets::smollm2_135m>;
 namespace s = tinfer::sched;
 
 namespace {

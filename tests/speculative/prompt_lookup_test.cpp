@@ -4,7 +4,7 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/engine/drafters.hpp>
+#include <tinfer/speculative/drafters.hpp>
 #include "testing.hpp"
 
 namespace {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include <tinfer/engine/engine.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 
 #include "../reference/golden_logits.hpp"
 #include "testing.hpp"

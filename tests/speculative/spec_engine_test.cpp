@@ -11,13 +11,13 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/engine/engine.hpp>
+#include <tinfer/presets/presets.hpp>
 
 #include "spec_engine_support.hpp"
 
 using namespace tinfer;
-using Model = Llama<presets::smollm2_135m>;
+using Model = model::Llama<presets::smollm2_135m>;
 namespace s = tinfer::sched;
 
 namespace {

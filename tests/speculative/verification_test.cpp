@@ -9,8 +9,8 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/engine/speculative.hpp>
 #include <tinfer/kernels/sampling.hpp>
+#include <tinfer/speculative/speculative.hpp>
 #include "testing.hpp"
 
 namespace {

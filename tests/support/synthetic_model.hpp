@@ -1,6 +1,6 @@
 #pragma once
-// The tests' name for the library's random-weight GGUF model (format/synthetic_model.hpp).
-#include <tinfer/format/synthetic_model.hpp>
+// The tests' name for the library's random-weight GGUF model (gguf/synthetic_model.hpp).
+#include <tinfer/gguf/synthetic_model.hpp>
 
 namespace tinfer::testing {
 using gguf::SyntheticModel;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include <tinfer/format/tokenizer.hpp>
+#include <tinfer/tokenizer/tokenizer.hpp>
 #include "testing.hpp"
 
 namespace tok = tinfer::tok;
@@ -19,7 +19,7 @@ namespace {
 
 std::string spell(std::string_view bytes) {  // bytes -> byte-level spelling
     std::string out;
-    for (unsigned char c : bytes) tok::append_utf8(out, tok::byte_to_code_point(c));
+    for (unsigned char c : bytes) tinfer::append_utf8(out, tok::byte_to_code_point(c));
     return out;
 }
 

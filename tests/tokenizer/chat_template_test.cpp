@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include <tinfer/format/chat_template.hpp>
-#include <tinfer/format/jinja.hpp>
+#include <tinfer/jinja/jinja.hpp>
+#include <tinfer/tokenizer/chat_template.hpp>
 #include "golden_io.hpp"
 #include "testing.hpp"
 

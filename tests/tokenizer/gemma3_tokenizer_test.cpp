@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
+#include <tinfer/core/unicode.hpp>
 #include <tinfer/engine/output_stream.hpp>
-#include <tinfer/format/gguf.hpp>
-#include <tinfer/format/tokenizer.hpp>
-#include <tinfer/format/tokenizer_gguf.hpp>
-#include <tinfer/format/tokenizer_stream.hpp>
-#include <tinfer/format/unicode.hpp>
+#include <tinfer/gguf/gguf.hpp>
+#include <tinfer/tokenizer/tokenizer.hpp>
+#include <tinfer/tokenizer/tokenizer_gguf.hpp>
+#include <tinfer/tokenizer/tokenizer_stream.hpp>
 #include "golden_io.hpp"
 #include "testing.hpp"
 
@@ -169,7 +169,7 @@ BOOST_AUTO_TEST_CASE(random_bytes_round_trip) {
                 text += static_cast<char>(byte(rng));
         }
         for (std::size_t pos = 0; pos < text.size();) {
-            auto const unit = tok::decode_utf8(text, pos);
+            auto const unit = tinfer::decode_utf8(text, pos);
             bad_bytes += !unit.valid;
             pos += unit.length;
         }
@@ -205,14 +205,14 @@ BOOST_AUTO_TEST_CASE(stream_holds_back_byte_fallback_characters) {
     std::string so_far;
     for (auto const id : ids) {
         so_far += t.token_bytes(id);
-        split_characters += tok::utf8_complete_prefix(so_far) != so_far.size();
+        split_characters += tinfer::utf8_complete_prefix(so_far) != so_far.size();
     }
     BOOST_REQUIRE_GE(split_characters, 3u);
     tok::StreamDetokenizer stream(t, tok::SpecialText::skip);
     std::string streamed;
     for (auto const id : ids) {
         std::string const piece = stream.push(id);
-        BOOST_TEST(tok::utf8_complete_prefix(piece) == piece.size(), "piece " << to_hex(piece));
+        BOOST_TEST(tinfer::utf8_complete_prefix(piece) == piece.size(), "piece " << to_hex(piece));
         streamed += piece;
     }
     BOOST_TEST(stream.finish().empty());

@@ -11,8 +11,8 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/format/chat_template.hpp>
-#include <tinfer/format/tokenizer.hpp>
+#include <tinfer/tokenizer/chat_template.hpp>
+#include <tinfer/tokenizer/tokenizer.hpp>
 #include "testing.hpp"
 
 namespace tinfer::testing {

@@ -12,11 +12,11 @@
 #include <vector>
 
 #include <tinfer/core/error.hpp>
-#include <tinfer/format/gguf.hpp>
-#include <tinfer/format/gguf_writer.hpp>
-#include <tinfer/format/tokenizer.hpp>
-#include <tinfer/format/tokenizer_gguf.hpp>
-#include <tinfer/format/unicode.hpp>
+#include <tinfer/core/unicode.hpp>
+#include <tinfer/gguf/gguf.hpp>
+#include <tinfer/gguf/gguf_writer.hpp>
+#include <tinfer/tokenizer/tokenizer.hpp>
+#include <tinfer/tokenizer/tokenizer_gguf.hpp>
 #include "golden_io.hpp"
 #include "testing.hpp"
 
@@ -86,7 +86,7 @@ std::vector<tok::TokenId> naive_merge(ToyVocab const& v, std::string_view text) 
     std::vector<std::string> symbols;
     std::vector<bool> bad;
     for (std::size_t pos = 0; pos < text.size();) {
-        auto const unit = tok::decode_utf8(text, pos);
+        auto const unit = tinfer::decode_utf8(text, pos);
         symbols.emplace_back(text.substr(pos, unit.length));
         bad.push_back(!unit.valid);
         pos += unit.length;

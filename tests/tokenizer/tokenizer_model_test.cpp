@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include <tinfer/format/gguf.hpp>
-#include <tinfer/format/tokenizer.hpp>
-#include <tinfer/format/tokenizer_gguf.hpp>
-#include <tinfer/format/tokenizer_stream.hpp>
-#include <tinfer/format/unicode.hpp>
+#include <tinfer/core/unicode.hpp>
+#include <tinfer/gguf/gguf.hpp>
+#include <tinfer/tokenizer/tokenizer.hpp>
+#include <tinfer/tokenizer/tokenizer_gguf.hpp>
+#include <tinfer/tokenizer/tokenizer_stream.hpp>
 #include "golden_io.hpp"
 #include "testing.hpp"
 
@@ -44,7 +44,7 @@ std::string spellable(tok::Tokenizer const& t, std::string_view text) {
 
 bool is_well_formed_utf8(std::string_view text) {
     for (std::size_t pos = 0; pos < text.size();) {
-        auto const unit = tok::decode_utf8(text, pos);
+        auto const unit = tinfer::decode_utf8(text, pos);
         if (!unit.valid) return false;
         pos += unit.length;
     }
@@ -178,7 +178,7 @@ BOOST_AUTO_TEST_CASE(stream_hands_out_only_whole_characters) {
     std::string so_far;
     for (auto const id : ids) {
         so_far += t.token_bytes(id);
-        split_characters += tok::utf8_complete_prefix(so_far) != so_far.size();
+        split_characters += tinfer::utf8_complete_prefix(so_far) != so_far.size();
     }
     BOOST_REQUIRE_GE(split_characters, 3u);
 

@@ -8,9 +8,9 @@
 
 #include <utf8proc.h>
 
-#include <tinfer/format/tokenizer_byte_level.hpp>
-#include <tinfer/format/tokenizer_pretokenizer.hpp>
-#include <tinfer/format/unicode.hpp>
+#include <tinfer/core/unicode.hpp>
+#include <tinfer/tokenizer/tokenizer_byte_level.hpp>
+#include <tinfer/tokenizer/tokenizer_pretokenizer.hpp>
 #include "golden_io.hpp"
 #include "testing.hpp"
 
@@ -25,7 +25,7 @@ bool same_as_utf8proc(std::string const& bytes) {
     auto const reference =
         utf8proc_iterate(reinterpret_cast<utf8proc_uint8_t const*>(bytes.data()),
                          static_cast<utf8proc_ssize_t>(bytes.size()), &reference_cp);
-    tok::Utf8Unit const unit = tok::decode_utf8(bytes, 0);
+    tinfer::Utf8Unit const unit = tinfer::decode_utf8(bytes, 0);
     if (reference > 0) {
         return unit.valid && unit.length == reference &&
                unit.code_point == static_cast<char32_t>(reference_cp);
@@ -84,34 +84,34 @@ BOOST_AUTO_TEST_CASE(decode_matches_utf8proc_on_four_byte_sequences) {
 }
 
 BOOST_AUTO_TEST_CASE(complete_prefix_holds_back_only_unfinished_characters) {
-    BOOST_TEST(tok::utf8_complete_prefix("") == 0u);
-    BOOST_TEST(tok::utf8_complete_prefix("ab") == 2u);
+    BOOST_TEST(tinfer::utf8_complete_prefix("") == 0u);
+    BOOST_TEST(tinfer::utf8_complete_prefix("ab") == 2u);
     // Every proper prefix of a character is held back; the whole character is not.
     for (char32_t const cp : {U'\u00E9', U'\u0800', U'\u20AC', U'\uD7FF', U'\uE000', U'\uFFFD',
                               U'\U00010000', U'\U0001F44B', U'\U00100000', U'\U0010FFFF'}) {
         std::string character;
-        tok::append_utf8(character, cp);
+        tinfer::append_utf8(character, cp);
         std::string text = "a";
         for (char const byte : character) {
             text += byte;
             std::size_t const expected = text.size() == 1 + character.size() ? text.size() : 1;
-            BOOST_TEST(tok::utf8_complete_prefix(text) == expected,
+            BOOST_TEST(tinfer::utf8_complete_prefix(text) == expected,
                        "U+" << std::hex << std::uint32_t(cp) << " prefix of " << text.size() - 1);
         }
     }
     // Bytes that can never become well-formed are not held back.
-    BOOST_TEST(tok::utf8_complete_prefix("a\x80") == 2u);
-    BOOST_TEST(tok::utf8_complete_prefix("a\xFF") == 2u);
-    BOOST_TEST(tok::utf8_complete_prefix("a\xC0") == 2u);
-    BOOST_TEST(tok::utf8_complete_prefix("a\xED\xA0") == 3u);      // surrogate
-    BOOST_TEST(tok::utf8_complete_prefix("a\xE0\x80") == 3u);      // overlong
-    BOOST_TEST(tok::utf8_complete_prefix("a\xF4\x90\x80") == 4u);  // above U+10FFFF
-    BOOST_TEST(tok::utf8_complete_prefix("a\xF4\x8F\x80") == 1u);
-    BOOST_TEST(tok::utf8_complete_prefix("a\xC3\xA9\x80\x80\x80") == 6u);
+    BOOST_TEST(tinfer::utf8_complete_prefix("a\x80") == 2u);
+    BOOST_TEST(tinfer::utf8_complete_prefix("a\xFF") == 2u);
+    BOOST_TEST(tinfer::utf8_complete_prefix("a\xC0") == 2u);
+    BOOST_TEST(tinfer::utf8_complete_prefix("a\xED\xA0") == 3u);      // surrogate
+    BOOST_TEST(tinfer::utf8_complete_prefix("a\xE0\x80") == 3u);      // overlong
+    BOOST_TEST(tinfer::utf8_complete_prefix("a\xF4\x90\x80") == 4u);  // above U+10FFFF
+    BOOST_TEST(tinfer::utf8_complete_prefix("a\xF4\x8F\x80") == 1u);
+    BOOST_TEST(tinfer::utf8_complete_prefix("a\xC3\xA9\x80\x80\x80") == 6u);
 }
 
 BOOST_AUTO_TEST_CASE(classes_follow_unicode_categories) {
-    using C = tok::CharClass;
+    using C = tinfer::CharClass;
     struct Case {
         char32_t cp;
         C expected;
@@ -130,7 +130,7 @@ BOOST_AUTO_TEST_CASE(classes_follow_unicode_categories) {
              {U'\u0301', C::other},      {U'!', C::other},           {U'_', C::other},
              {U'\u00AD', C::other},      {U'\U0001F600', C::other},  {U'\u001F', C::other},
              {U'\u0000', C::other},      {U'\uFEFF', C::other}}) {
-        BOOST_TEST((tok::classify(cp) == expected), "U+" << std::hex << std::uint32_t(cp));
+        BOOST_TEST((tinfer::classify(cp) == expected), "U+" << std::hex << std::uint32_t(cp));
     }
 }
 
@@ -139,7 +139,7 @@ BOOST_AUTO_TEST_CASE(byte_table_is_gpt2s_bijection) {
     for (unsigned b = 0; b < 256; ++b) {
         char32_t const cp = tok::byte_to_code_point(static_cast<std::uint8_t>(b));
         BOOST_TEST(seen.insert(cp).second);
-        BOOST_TEST((tok::classify(cp) != tok::CharClass::whitespace));
+        BOOST_TEST((tinfer::classify(cp) != tinfer::CharClass::whitespace));
         auto const back = tok::code_point_to_byte(cp);
         BOOST_REQUIRE(back.has_value());
         BOOST_TEST(*back == b);

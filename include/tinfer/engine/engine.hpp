@@ -38,23 +38,23 @@
 
 #include <tinfer/core/backend.hpp>
 #include <tinfer/core/error.hpp>
-#include <tinfer/engine/drafters.hpp>
 #include <tinfer/engine/handoff.hpp>
 #include <tinfer/engine/kv_lifecycle.hpp>
 #include <tinfer/engine/live_request.hpp>
-#include <tinfer/engine/model_drafters.hpp>
 #include <tinfer/engine/request.hpp>
 #include <tinfer/engine/request_intake.hpp>
 #include <tinfer/engine/speculative_round.hpp>
 #include <tinfer/engine/step_runner.hpp>
-#include <tinfer/format/chat_template.hpp>
-#include <tinfer/format/gguf.hpp>
-#include <tinfer/format/tokenizer_gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kv/codec.hpp>
 #include <tinfer/kv/paged_cache.hpp>
 #include <tinfer/model/llama.hpp>
 #include <tinfer/sched/metrics.hpp>
 #include <tinfer/sched/scheduler.hpp>
+#include <tinfer/speculative/drafters.hpp>
+#include <tinfer/speculative/model_drafters.hpp>
+#include <tinfer/tokenizer/chat_template.hpp>
+#include <tinfer/tokenizer/tokenizer_gguf.hpp>
 
 namespace tinfer {
 
@@ -73,7 +73,7 @@ struct EngineOptions {
     int max_step_tokens = 1024;  // rows of one forward call; a larger plan runs in several
     bool prefix_caching = true;
     // Activations of the matrix products: float32 (exact; the default) or quantized to int8 per
-    // block of 32 as llama.cpp does (precision::Int8Activations: 4-5x faster decode on a CPU
+    // block of 32 as llama.cpp does (kernels::Int8Activations: 4-5x faster decode on a CPU
     // with VNNI, accuracy in docs/performance.md). Greedy output may differ at near-ties.
     bool int8_activations = false;
     // Where the metrics read the time (TTFT, TPOT, latency); empty: the steady clock. Tests

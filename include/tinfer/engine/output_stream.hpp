@@ -10,8 +10,8 @@
 #include <vector>
 
 #include <tinfer/engine/stop_conditions.hpp>
-#include <tinfer/format/tokenizer.hpp>
-#include <tinfer/format/tokenizer_stream.hpp>
+#include <tinfer/tokenizer/tokenizer.hpp>
+#include <tinfer/tokenizer/tokenizer_stream.hpp>
 
 namespace tinfer {
 

@@ -13,12 +13,12 @@
 #include <vector>
 
 #include <tinfer/core/error.hpp>
-#include <tinfer/engine/speculative.hpp>
 #include <tinfer/engine/stop_conditions.hpp>
-#include <tinfer/format/chat_template.hpp>
 #include <tinfer/grammar/matcher.hpp>
 #include <tinfer/kernels/sampling.hpp>
 #include <tinfer/sched/request.hpp>
+#include <tinfer/speculative/speculative.hpp>
+#include <tinfer/tokenizer/chat_template.hpp>
 
 namespace tinfer {
 

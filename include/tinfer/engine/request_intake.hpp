@@ -14,9 +14,9 @@
 
 #include <tinfer/engine/handoff.hpp>
 #include <tinfer/engine/request.hpp>
-#include <tinfer/format/chat_template.hpp>
-#include <tinfer/format/tokenizer.hpp>
 #include <tinfer/sched/metrics.hpp>
+#include <tinfer/tokenizer/chat_template.hpp>
+#include <tinfer/tokenizer/tokenizer.hpp>
 
 namespace tinfer {
 

@@ -21,11 +21,11 @@
 #include <vector>
 
 #include <tinfer/core/error.hpp>
-#include <tinfer/engine/drafters.hpp>
 #include <tinfer/engine/live_request.hpp>
-#include <tinfer/engine/speculative.hpp>
 #include <tinfer/sched/metrics.hpp>
 #include <tinfer/sched/step_plan.hpp>
+#include <tinfer/speculative/drafters.hpp>
+#include <tinfer/speculative/speculative.hpp>
 
 namespace tinfer {
 

@@ -157,8 +157,8 @@ class StepRunner {
             std::vector<SequenceChunk> chunks;
             for (std::size_t p = begin; p < end; ++p) chunks.push_back(pieces[p].chunk);
             if (int8_activations_) {
-                model.template forward<precision::Int8Activations>(chunks, kv.cache(), workspace_,
-                                                                   logits_);
+                model.template forward<kernels::Int8Activations>(chunks, kv.cache(), workspace_,
+                                                                 logits_);
             } else {
                 model.forward(chunks, kv.cache(), workspace_, logits_);
             }

@@ -30,8 +30,8 @@
 #include <utility>
 #include <vector>
 
-#include <tinfer/format/tokenizer.hpp>
 #include <tinfer/grammar/grammar.hpp>
+#include <tinfer/tokenizer/tokenizer.hpp>
 
 namespace tinfer::grammar {
 

@@ -2,8 +2,8 @@
 // Activations quantized on the fly to int8, one scale per block of 32 elements (as llama.cpp's
 // Q8 activations), so that matrix products with quantized weights run as integer dot products
 // (kernels/int8_dot.hpp). Which activations a forward pass uses is a compile-time precision
-// policy: precision::Float32Activations (exact products, the default) or
-// precision::Int8Activations (about 4x less activation traffic and VNNI integer products).
+// policy: kernels::Float32Activations (exact products, the default) or
+// kernels::Int8Activations (about 4x less activation traffic and VNNI integer products).
 //
 // Layout of one quantized row of `cols` elements (a multiple of 32), blocks = cols / 32:
 //   q[cols]         int8 values in element order (block b at bytes 32b .. 32b+31)
@@ -26,7 +26,7 @@
 
 #include <tinfer/core/simd_intrinsics.hpp>
 
-namespace tinfer::precision {
+namespace tinfer::kernels {
 
 // Activations stay float32: every matrix product is a float dot product of the exactly
 // decoded weights.
@@ -45,7 +45,7 @@ template <class P>
 concept ActivationPrecision =
     std::same_as<P, Float32Activations> || std::same_as<P, Int8Activations>;
 
-}  // namespace tinfer::precision
+}  // namespace tinfer::kernels
 
 namespace tinfer::kernels {
 

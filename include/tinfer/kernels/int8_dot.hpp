@@ -62,9 +62,9 @@
 #include <tinfer/core/dtype.hpp>
 #include <tinfer/core/error.hpp>
 #include <tinfer/core/extent.hpp>
-#include <tinfer/format/quant_blocks.hpp>
 #include <tinfer/kernels/int8_activations.hpp>
 #include <tinfer/kernels/weight_matrix.hpp>
+#include <tinfer/quant/quant_blocks.hpp>
 
 #include <tinfer/core/simd_intrinsics.hpp>
 

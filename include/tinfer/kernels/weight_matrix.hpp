@@ -12,7 +12,7 @@
 #include <tinfer/core/dtype.hpp>
 #include <tinfer/core/error.hpp>
 #include <tinfer/core/half.hpp>
-#include <tinfer/format/quant_blocks.hpp>
+#include <tinfer/quant/quant_blocks.hpp>
 
 namespace tinfer::kernels {
 

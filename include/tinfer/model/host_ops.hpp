@@ -17,6 +17,7 @@
 #include <utility>
 
 #include <tinfer/config/model_config.hpp>
+#include <tinfer/core/sequence_chunk.hpp>
 #include <tinfer/kernels/activation_math.hpp>
 #include <tinfer/kernels/attention.hpp>
 #include <tinfer/kernels/int8_activations.hpp>
@@ -26,7 +27,6 @@
 #include <tinfer/model/attention_scores.hpp>
 #include <tinfer/model/decoder_layer.hpp>
 #include <tinfer/model/parallel.hpp>
-#include <tinfer/model/sequence_chunk.hpp>
 #include <tinfer/model/weights.hpp>
 #include <tinfer/model/workspace.hpp>
 
@@ -38,7 +38,7 @@ class HostOps {
     static constexpr ModelConfig local = Parallel::template local<Cfg>;
     using Workspace = model::Workspace<local>;
     static constexpr bool int8_precision =
-        std::same_as<Precision, tinfer::precision::Int8Activations>;
+        std::same_as<Precision, tinfer::kernels::Int8Activations>;
     static constexpr float norm_eps = static_cast<float>(Cfg.norm_eps);
 
     HostOps(Parallel const& parallel, std::span<SequenceChunk const> chunks, Cache& cache,

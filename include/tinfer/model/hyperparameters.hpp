@@ -18,7 +18,7 @@
 
 #include <tinfer/config/model_config.hpp>
 #include <tinfer/core/error.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 
 namespace tinfer::model {
 

@@ -3,7 +3,7 @@
 // every matrix of the layers and the output projection whose own type has an int8 dot product
 // (kernels::has_int8_dot, decided per matrix from WeightMatrix::type) repacked once into 16-row
 // strips, in one 64-byte aligned allocation of about the file's size. Built the first
-// time a forward pass runs with precision::Int8Activations (about 0.1 s for SmolLM2-135M); a
+// time a forward pass runs with kernels::Int8Activations (about 0.1 s for SmolLM2-135M); a
 // model only ever run in float32 keeps viewing the file alone.
 //
 // After a matrix is repacked, its pages of the file's mapping are dropped (MADV_DONTNEED on the

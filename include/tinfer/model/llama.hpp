@@ -36,7 +36,8 @@
 #include <tinfer/config/model_config.hpp>
 #include <tinfer/config/validate.hpp>
 #include <tinfer/core/error.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/core/sequence_chunk.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kernels/attention.hpp>
 #include <tinfer/kernels/embedding.hpp>
 #include <tinfer/kernels/int8_activations.hpp>
@@ -52,11 +53,10 @@
 #include <tinfer/model/layer_plan.hpp>
 #include <tinfer/model/parallel.hpp>
 #include <tinfer/model/pipeline_parallel.hpp>
-#include <tinfer/model/sequence_chunk.hpp>
 #include <tinfer/model/weights.hpp>
 #include <tinfer/model/workspace.hpp>
 
-namespace tinfer {
+namespace tinfer::model {
 
 template <ModelConfig Cfg, model::ParallelPolicy Parallel = model::NoParallel>
 requires ModelShape<Cfg> && ModelShape<Parallel::template local<Cfg>>
@@ -112,8 +112,8 @@ class Llama {
     // Only those layers' KV is written; a later full forward over the same positions rewrites
     // it with the same values (the first layers see the same inputs) and fills the rest.
     //
-    // Precision: precision::Float32Activations (default) multiplies float32 activations with the
-    // exactly decoded weights; precision::Int8Activations quantizes each matrix's input to int8
+    // Precision: kernels::Float32Activations (default) multiplies float32 activations with the
+    // exactly decoded weights; kernels::Int8Activations quantizes each matrix's input to int8
     // per block of 32 (kernels/int8_activations.hpp) for integer dot products where the weights
     // are Q4_0/Q4_1/Q8_0, as llama.cpp does: faster, and within the accuracy docs/performance.md
     // reports against the float64 reference.
@@ -121,8 +121,8 @@ class Llama {
     // One OpenMP team runs the whole pass: the kernels share their loops over it (work-sharing
     // constructs, no fork/join per operation), and the steps that touch shared state (cache
     // writes, attention scores, tensor-parallel all-reduce) run on one thread between barriers.
-    template <class Precision = precision::Float32Activations, kv::KvStore Cache>
-    requires precision::ActivationPrecision<Precision>
+    template <class Precision = kernels::Float32Activations, kv::KvStore Cache>
+    requires kernels::ActivationPrecision<Precision>
     void forward(std::span<SequenceChunk const> chunks, Cache& cache, Workspace& ws,
                  std::span<float> logits, int layers = Cfg.layers) const {
         if (layers < 1 || layers > Cfg.layers) {
@@ -355,7 +355,7 @@ class Llama {
     // activations) the int8 strips, repacked on the first such pass.
     template <class Precision>
     model::ModelWeights<Cfg> const& weights_for() const {
-        if constexpr (std::same_as<Precision, precision::Int8Activations>) {
+        if constexpr (std::same_as<Precision, kernels::Int8Activations>) {
             return int8_weights_.get(weights_);
         } else {
             return weights_;
@@ -368,4 +368,4 @@ class Llama {
     model::LazyInt8Weights<Cfg> int8_weights_;
 };
 
-}  // namespace tinfer
+}  // namespace tinfer::model

@@ -33,8 +33,8 @@
 #include <tinfer/config/model_config.hpp>
 #include <tinfer/core/communicator.hpp>
 #include <tinfer/core/error.hpp>
+#include <tinfer/core/sequence_chunk.hpp>
 #include <tinfer/model/parallel.hpp>
-#include <tinfer/model/sequence_chunk.hpp>
 #include <tinfer/model/tensor_parallel_shard.hpp>
 #include <tinfer/model/weights.hpp>
 

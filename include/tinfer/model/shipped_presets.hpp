@@ -5,14 +5,14 @@
 // and Gemma 3 270M.
 #include <utility>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/model/with_preset.hpp>
+#include <tinfer/presets/presets.hpp>
 
-namespace tinfer {
+namespace tinfer::model {
 
 template <class Body>
 decltype(auto) with_shipped_preset(gguf::File const& file, Body&& body) {
     return with_preset<presets::smollm2_135m, presets::gemma3_270m>(file, std::forward<Body>(body));
 }
 
-}  // namespace tinfer
+}  // namespace tinfer::model

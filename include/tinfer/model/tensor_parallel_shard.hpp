@@ -26,7 +26,7 @@
 
 #include <tinfer/config/validate.hpp>
 #include <tinfer/core/dtype.hpp>
-#include <tinfer/format/quant_blocks.hpp>
+#include <tinfer/quant/quant_blocks.hpp>
 
 namespace tinfer::model {
 

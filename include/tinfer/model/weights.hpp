@@ -10,7 +10,7 @@
 #include <tinfer/config/model_config.hpp>
 #include <tinfer/config/validate.hpp>
 #include <tinfer/core/error.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kernels/weight_matrix.hpp>
 #include <tinfer/model/hyperparameters.hpp>
 

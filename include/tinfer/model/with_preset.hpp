@@ -9,10 +9,10 @@
 #include <tinfer/config/model_config.hpp>
 #include <tinfer/config/validate.hpp>
 #include <tinfer/core/dispatch.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/model/hyperparameters.hpp>
 
-namespace tinfer {
+namespace tinfer::model {
 
 template <ModelConfig... Shapes, class Body>
 requires(sizeof...(Shapes) > 0 && (ModelShape<Shapes> && ...)) decltype(auto)
@@ -26,4 +26,4 @@ requires(sizeof...(Shapes) > 0 && (ModelShape<Shapes> && ...)) decltype(auto)
             "` (add it to the compiled-in shapes)");
 }
 
-}  // namespace tinfer
+}  // namespace tinfer::model

@@ -75,7 +75,7 @@ class Workspace {
     float* thread_scratch(int thread) {
         return scratch.data() + scratch_per_thread_ * static_cast<std::size_t>(thread);
     }
-    // Row `row` of the int8 activations (precision::Int8Activations).
+    // Row `row` of the int8 activations (kernels::Int8Activations).
     std::byte* quantized_row(int row) {
         return quantized.data() + quantized_stride * static_cast<std::size_t>(row);
     }

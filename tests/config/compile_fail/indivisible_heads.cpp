@@ -1,5 +1,5 @@
 // Must not compile: 9 query heads cannot share 4 KV heads evenly
-#include <tinfer/config/presets.hpp>
+#include <tinfer/presets/presets.hpp>
 
 constexpr tinfer::ModelConfig bad = [] {
     auto c = tinfer::presets::smollm2_135m;

@@ -1,5 +1,5 @@
 // Must not compile: RoPE rotates pairs, so head_dim must be even
-#include <tinfer/config/presets.hpp>
+#include <tinfer/presets/presets.hpp>
 
 constexpr tinfer::ModelConfig bad = [] {
     auto c = tinfer::presets::smollm2_135m;

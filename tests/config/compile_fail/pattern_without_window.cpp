@@ -1,5 +1,5 @@
 // Must not compile: a layer pattern (every N-th layer global) needs sliding layers between
-#include <tinfer/config/presets.hpp>
+#include <tinfer/presets/presets.hpp>
 
 constexpr tinfer::ModelConfig bad = [] {
     auto c = tinfer::presets::gemma3_270m;

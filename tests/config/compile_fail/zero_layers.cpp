@@ -1,5 +1,5 @@
 // Must not compile: a model has at least one layer
-#include <tinfer/config/presets.hpp>
+#include <tinfer/presets/presets.hpp>
 
 constexpr tinfer::ModelConfig bad = [] {
     auto c = tinfer::presets::smollm2_135m;

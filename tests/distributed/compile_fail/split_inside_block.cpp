@@ -1,7 +1,7 @@
 // Must not compile: 12 heads of 16 dims over 4 ranks give each rank 48 input columns of the
 // attention output, which is not a whole number of 32-element Q8_0 blocks.
-#include <tinfer/config/presets.hpp>
 #include <tinfer/model/tensor_parallel_shard.hpp>
+#include <tinfer/presets/presets.hpp>
 
 constexpr tinfer::ModelConfig shape{.layers = 2,
                                     .hidden = 192,

@@ -6,8 +6,8 @@
 // and ~100 KB of fatbin per KV codec and architecture).
 #include <ostream>
 
-#include <tinfer/config/presets.hpp>
 #include <tinfer/core/dispatch.hpp>
+#include <tinfer/presets/presets.hpp>
 
 namespace tinfer::kernels::cuda {
 

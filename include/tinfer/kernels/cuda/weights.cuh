@@ -8,8 +8,8 @@
 
 #include <tinfer/core/dtype.hpp>
 #include <tinfer/core/half.hpp>
-#include <tinfer/format/quant_blocks.hpp>
 #include <tinfer/kernels/weight_matrix.hpp>
+#include <tinfer/quant/quant_blocks.hpp>
 
 namespace tinfer::kernels::cuda {
 

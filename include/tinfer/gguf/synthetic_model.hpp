@@ -14,7 +14,7 @@
 #include <vector>
 
 #include <tinfer/config/model_config.hpp>
-#include <tinfer/format/gguf_writer.hpp>
+#include <tinfer/gguf/gguf_writer.hpp>
 
 namespace tinfer::gguf {
 

@@ -32,10 +32,10 @@
 
 #include <tinfer/config/model_config.hpp>
 #include <tinfer/core/error.hpp>
-#include <tinfer/engine/drafters.hpp>
-#include <tinfer/format/gguf.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kv/paged_cache.hpp>
 #include <tinfer/model/llama.hpp>
+#include <tinfer/speculative/drafters.hpp>
 
 namespace tinfer::spec {
 
@@ -104,7 +104,7 @@ class DraftPool {
     // Proposals dropped because the draft cache was full.
     long refused() const { return refused_; }
 
-    // Draft passes with int8 activations (precision::Int8Activations) or float32 (the default).
+    // Draft passes with int8 activations (kernels::Int8Activations) or float32 (the default).
     // The engine sets this to its own EngineOptions::int8_activations.
     void set_int8_activations(bool on) { shared_->int8_activations = on; }
 
@@ -145,7 +145,7 @@ class DraftPool {
                     .slot = seq_, .first_position = length_, .tokens = tokens.first(n)};
                 std::span<SequenceChunk const> const chunks(&chunk, 1);
                 if (shared_->int8_activations) {
-                    shared_->model->template forward<precision::Int8Activations>(
+                    shared_->model->template forward<kernels::Int8Activations>(
                         chunks, shared_->cache, ws, next_logits, draft_layers);
                 } else {
                     shared_->model->forward(chunks, shared_->cache, ws, next_logits, draft_layers);

@@ -16,7 +16,7 @@
 
 #include <tinfer/core/error.hpp>
 
-namespace tinfer::format {
+namespace tinfer::gguf {
 
 class MappedFile {
   public:
@@ -76,4 +76,4 @@ class MappedFile {
     std::size_t size_ = 0;
 };
 
-}  // namespace tinfer::format
+}  // namespace tinfer::gguf

@@ -5,9 +5,9 @@
 #include <string_view>
 
 #include <tinfer/core/error.hpp>
-#include <tinfer/format/chat_template.hpp>
-#include <tinfer/format/gguf.hpp>
-#include <tinfer/format/tokenizer.hpp>
+#include <tinfer/gguf/gguf.hpp>
+#include <tinfer/tokenizer/chat_template.hpp>
+#include <tinfer/tokenizer/tokenizer.hpp>
 
 namespace tinfer::tok {
 

@@ -8,7 +8,7 @@
 
 #include <utf8proc.h>
 
-namespace tinfer::tok {
+namespace tinfer {
 
 // One step of decoding: a code point, or one byte that does not start a well-formed sequence.
 struct Utf8Unit {
@@ -133,4 +133,4 @@ inline CharClass classify(char32_t cp) {
     }
 }
 
-}  // namespace tinfer::tok
+}  // namespace tinfer

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include <tinfer/core/error.hpp>
-#include <tinfer/format/gguf_types.hpp>
+#include <tinfer/gguf/gguf_types.hpp>
 
 namespace tinfer::gguf {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include <tinfer/core/error.hpp>
-#include <tinfer/format/unicode.hpp>
+#include <tinfer/core/unicode.hpp>
 
 namespace tinfer::tok {
 

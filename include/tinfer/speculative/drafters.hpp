@@ -39,8 +39,8 @@
 #include <vector>
 
 #include <tinfer/core/error.hpp>
-#include <tinfer/engine/speculative.hpp>
 #include <tinfer/kernels/sampling.hpp>
+#include <tinfer/speculative/speculative.hpp>
 
 namespace tinfer::spec {
 

@@ -28,7 +28,7 @@
 #include <utility>
 
 #include <tinfer/core/error.hpp>
-#include <tinfer/format/jinja.hpp>
+#include <tinfer/jinja/jinja.hpp>
 
 namespace tinfer::tok {
 

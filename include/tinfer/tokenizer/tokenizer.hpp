@@ -30,10 +30,10 @@
 #include <vector>
 
 #include <tinfer/core/error.hpp>
-#include <tinfer/format/tokenizer_byte_level.hpp>
-#include <tinfer/format/tokenizer_pretokenizer.hpp>
-#include <tinfer/format/tokenizer_sentencepiece.hpp>
-#include <tinfer/format/unicode.hpp>
+#include <tinfer/core/unicode.hpp>
+#include <tinfer/tokenizer/tokenizer_byte_level.hpp>
+#include <tinfer/tokenizer/tokenizer_pretokenizer.hpp>
+#include <tinfer/tokenizer/tokenizer_sentencepiece.hpp>
 
 namespace tinfer::tok {
 

@@ -36,7 +36,7 @@
 #include <vector>
 
 #include <tinfer/core/error.hpp>
-#include <tinfer/format/unicode.hpp>
+#include <tinfer/core/unicode.hpp>
 
 namespace tinfer::jinja {
 
@@ -175,8 +175,6 @@ inline std::vector<std::size_t> code_point_starts(std::string_view s) {
 inline std::size_t code_point_count(std::string_view s) {
     return code_point_starts(s).size();
 }
-
-using tok::append_utf8;  // format/unicode.hpp
 
 // Python's str.isspace() code points: what str.strip() (Jinja's trim) removes.
 inline bool python_space(std::uint32_t cp) {

@@ -21,9 +21,9 @@
 
 #include <tinfer/core/error.hpp>
 #include <tinfer/core/half.hpp>
-#include <tinfer/format/gguf_types.hpp>
-#include <tinfer/format/mapped_file.hpp>
-#include <tinfer/format/quant_blocks.hpp>
+#include <tinfer/gguf/gguf_types.hpp>
+#include <tinfer/gguf/mapped_file.hpp>
+#include <tinfer/quant/quant_blocks.hpp>
 
 namespace tinfer::gguf {
 
@@ -268,7 +268,7 @@ class File {
   public:
     static File open(std::filesystem::path const& path) {
         File file;
-        file.mapping_ = format::MappedFile::open(path);
+        file.mapping_ = MappedFile::open(path);
         file.parse(file.mapping_.bytes());
         return file;
     }
@@ -531,7 +531,7 @@ class File {
                                    static_cast<std::size_t>(size));
     }
 
-    format::MappedFile mapping_;
+    MappedFile mapping_;
     std::span<std::byte const> bytes_;
     std::uint32_t version_ = 0;
     std::uint64_t alignment_ = default_alignment;

@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
-#include <tinfer/format/tokenizer.hpp>
-#include <tinfer/format/unicode.hpp>
+#include <tinfer/core/unicode.hpp>
+#include <tinfer/tokenizer/tokenizer.hpp>
 
 namespace tinfer::tok {
 
