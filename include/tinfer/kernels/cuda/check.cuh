@@ -12,6 +12,7 @@
 
 #include <tinfer/core/error.hpp>
 #include <tinfer/kernels/cuda/device_probe.hpp>
+#include <tinfer/kernels/cuda/grid_limits.hpp>
 
 namespace tinfer::kernels::cuda {
 
@@ -81,16 +82,14 @@ inline void check_launch(char const* kernel,
     throw CudaError(error, "launching " + launch_site(kernel, where));
 }
 
-// The most blocks a grid may have along y and z.
-inline constexpr unsigned max_grid_yz = 65535;
-
-// A grid whose y or z exceeds CUDA's limit is refused naming the kernel (a launch would fail
-// with an opaque invalid configuration).
+// A grid CUDA cannot launch (grid_limits.hpp) is refused naming the kernel (a launch would
+// fail with an opaque invalid configuration).
 inline void check_grid(dim3 grid, char const* kernel) {
-    if (grid.y > max_grid_yz || grid.z > max_grid_yz)
+    if (!grid_fits(grid.x, grid.y, grid.z))
         throw Error(std::string(kernel) + ": grid (" + std::to_string(grid.x) + ", " +
-                    std::to_string(grid.y) + ", " + std::to_string(grid.z) + ") exceeds " +
-                    std::to_string(max_grid_yz) + " blocks in y or z");
+                    std::to_string(grid.y) + ", " + std::to_string(grid.z) +
+                    ") cannot be launched (1 to " + std::to_string(max_grid_x) +
+                    " blocks in x, 1 to " + std::to_string(max_grid_yz) + " in y and z)");
 }
 
 // Devices visible to this process: 0 when there is truly no GPU (no driver, no device: tests

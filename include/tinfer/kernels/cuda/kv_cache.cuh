@@ -71,9 +71,9 @@ inline constexpr int block_copy_threads = 256;
 __global__ void __launch_bounds__(block_copy_threads)
     copy_blocks_kernel(std::byte* storage, std::size_t block_bytes,
                        BlockCopy const* __restrict__ copies, int count) {
-    // Copies stride over grid y, which holds at most 65,535 blocks: a fork of a long sequence
-    // (or many) may copy more blocks than that in one call.
-    for (int c = static_cast<int>(blockIdx.y); c < count; c += static_cast<int>(gridDim.y)) {
+    // Copies stride over grid y, which holds at most 65,535 blocks (grid_limits.hpp): a fork
+    // of a long sequence (or many) may copy more blocks than that in one call.
+    for (int const c : strided_items(blockIdx.y, gridDim.y, count)) {
         BlockCopy const copy = copies[c];
         std::byte const* source = storage + static_cast<std::size_t>(copy.source) * block_bytes;
         std::byte* target = storage + static_cast<std::size_t>(copy.target) * block_bytes;
@@ -97,10 +97,9 @@ inline void copy_blocks(std::byte* storage, std::size_t block_bytes, BlockCopy c
     if (count <= 0) return;
     constexpr std::size_t bytes_per_thread_block = block_copy_threads * sizeof(uint4);
     int const blocks_per_copy = static_cast<int>(ceil_div(block_bytes, bytes_per_thread_block));
-    unsigned const copy_blocks_y = static_cast<unsigned>(count) < max_grid_yz ? count : max_grid_yz;
     check_before_launch("copy_blocks_kernel");
-    copy_blocks_kernel<<<dim3(blocks_per_copy, copy_blocks_y), block_copy_threads, 0, stream>>>(
-        storage, block_bytes, copies, count);
+    copy_blocks_kernel<<<dim3(blocks_per_copy, strided_grid_y(count)), block_copy_threads, 0,
+                         stream>>>(storage, block_bytes, copies, count);
     check_launch("copy_blocks_kernel");
 }
 

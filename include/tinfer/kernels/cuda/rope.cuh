@@ -51,9 +51,9 @@ __global__ void __launch_bounds__(rope_threads)
     if (index >= heads * pairs) return;
     int const head = index / pairs;
     int const pair = index % pairs;
-    // Rows stride over grid y, which holds at most 65,535 blocks: a prefill of more tokens
-    // loops instead of failing to launch.
-    for (int row = static_cast<int>(blockIdx.y); row < rows; row += static_cast<int>(gridDim.y)) {
+    // Rows stride over grid y, which holds at most 65,535 blocks (grid_limits.hpp): a prefill
+    // of more tokens loops instead of failing to launch.
+    for (int const row : strided_items(blockIdx.y, gridDim.y, rows)) {
         float2 const table = *reinterpret_cast<float2 const*>(
             cos_sin + static_cast<std::size_t>(row) * HeadDim + 2 * pair);
         float* v = x + static_cast<std::size_t>(row) * row_stride +
@@ -71,8 +71,7 @@ template <int HeadDim>
 void apply_rope(float* x, int rows, int heads, std::size_t row_stride, float const* cos_sin,
                 cudaStream_t stream = nullptr) {
     if (rows <= 0 || heads <= 0) return;
-    unsigned const row_blocks = static_cast<unsigned>(rows) < max_grid_yz ? rows : max_grid_yz;
-    dim3 const grid(ceil_div(heads * (HeadDim / 2), rope_threads), row_blocks);
+    dim3 const grid(ceil_div(heads * (HeadDim / 2), rope_threads), strided_grid_y(rows));
     check_before_launch("apply_rope_kernel");
     apply_rope_kernel<HeadDim>
         <<<grid, rope_threads, 0, stream>>>(x, rows, heads, row_stride, cos_sin);
