@@ -8,6 +8,7 @@
 #include <mutex>
 #include <source_location>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <tinfer/core/error.hpp>
@@ -119,10 +120,18 @@ inline int device_count() {
 // must set them on each). One instance per setup step, usually a function-local static.
 class PerDeviceOnce {
   public:
+    // On the current device.
     template <class Setup>
     void operator()(Setup&& setup) {
         int device = 0;
         check(cudaGetDevice(&device), "cudaGetDevice");
+        (*this)(device, std::forward<Setup>(setup));
+    }
+
+    // On `device`, which the caller has made current.
+    template <class Setup>
+    void operator()(int device, Setup&& setup) {
+        if (device < 0) throw Error("PerDeviceOnce: device " + std::to_string(device));
         std::lock_guard const lock(mutex_);
         auto const index = static_cast<std::size_t>(device);
         if (index >= done_.size()) done_.resize(index + 1, false);
