@@ -2,7 +2,8 @@
 // linked with cudart; on a machine without a driver every runtime call fails, which is enough to
 // leave an error pending): an error pending before a launch is named as earlier work's, not the
 // new kernel's (kernels/cuda/check.cuh); per-device setup runs once on each device, not once per
-// process.
+// process; a refusal the attention kernels recorded becomes the error naming the sequence
+// (kernels/cuda/kernel_status.hpp).
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <tinfer/kernels/cuda/check.cuh>
+#include <tinfer/kernels/cuda/kernel_status.hpp>
 
 namespace tk = tinfer::kernels::cuda;
 
@@ -83,6 +85,36 @@ BOOST_AUTO_TEST_CASE(per_device_setup_runs_once_on_each_device) {
     setup_on(2);
     BOOST_TEST(ran == (std::vector<int>{0, 1, 3, 2}), boost::test_tools::per_element());
     BOOST_CHECK_THROW(once(-1, [] {}), tinfer::Error);
+}
+
+// What decode and prefill attention record for a length only the device saw becomes an error
+// naming the sequence, its length and the launch's limit; nothing recorded, nothing thrown.
+BOOST_AUTO_TEST_CASE(a_recorded_refusal_throws_naming_the_sequence) {
+    BOOST_CHECK_NO_THROW(tk::throw_if_refused({}));
+    struct Case {
+        tk::KernelStatusCode code;
+        std::vector<std::string> words;
+    };
+    for (Case const& c : {
+             Case{tk::KernelStatusCode::context_beyond_max_context_length,
+                  {"decode_attention", "sequence 5", "context length 4097",
+                   "max_context_length 4096"}},
+             Case{tk::KernelStatusCode::queries_beyond_max_queries,
+                  {"prefill_attention", "sequence 5", "4097 queries", "max_queries 4096"}},
+             Case{tk::KernelStatusCode::context_shorter_than_queries,
+                  {"prefill_attention", "sequence 5", "context length 4097", "4096 queries"}},
+             Case{tk::KernelStatusCode::empty_context, {"decode_attention", "sequence 5"}},
+         }) {
+        tk::KernelStatus const status{
+            .code = static_cast<int>(c.code), .seq = 5, .value = 4097, .limit = 4096};
+        try {
+            tk::throw_if_refused(status);
+            BOOST_FAIL("a refusal did not throw");
+        } catch (tinfer::Error const& error) {
+            for (std::string const& word : c.words)
+                BOOST_TEST(contains(error.what(), word), error.what() << " lacks " << word);
+        }
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
