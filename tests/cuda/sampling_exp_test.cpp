@@ -1,4 +1,4 @@
-// The sampling exponential both samplers share (kernels/cuda/sampling_exp.hpp), on the CPU:
+// The sampling exponential both samplers share (core/sampling_exp.hpp), on the CPU:
 // within 2 ulp of e^x (float64 reference) and never decreasing, over a sweep of every 61st float
 // of the range a weight's exponent takes, with exact values where the samplers rely on them
 // (e^0 = 1: the best token weighs 1; -inf and deep underflow give 0; NaN stays NaN). The device
@@ -11,9 +11,9 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <tinfer/kernels/cuda/sampling_exp.hpp>
+#include <tinfer/core/sampling_exp.hpp>
 
-using tinfer::kernels::sampling_exp;
+using tinfer::sampling_exp;
 
 namespace {
 
@@ -72,5 +72,5 @@ BOOST_AUTO_TEST_CASE(sampling_exp_special_values) {
     BOOST_TEST(std::isnan(sampling_exp(std::numeric_limits<float>::quiet_NaN())));
     // The weight of the best token is exactly 1 at any temperature.
     for (float const t : {0.01f, 0.7f, 1.0f, 3.0f})
-        BOOST_TEST(tinfer::kernels::sampling_weight(5.5f, 5.5f, t) == 1.0f);
+        BOOST_TEST(tinfer::sampling_weight(5.5f, 5.5f, t) == 1.0f);
 }

@@ -1,7 +1,7 @@
 // The device sampler against the host's kernels::sample_token: for the same processed logits,
 // settings, seed, request id and step, both draw the same token (same Philox numbers, same
 // ranking and filters). Also: Philox blocks and the sampling exponential
-// (kernels/cuda/sampling_exp.hpp) are bitwise equal on both sides, masked (-inf) tokens are never
+// (core/sampling_exp.hpp) are bitwise equal on both sides, masked (-inf) tokens are never
 // drawn, rows the host refuses (a NaN or +inf logit, every logit -inf) fail on the device with
 // the host's error, and a workspace made on one non-blocking stream samples correctly on another
 // (its setup runs on the caller's stream, not the legacy default one).
@@ -14,7 +14,7 @@
 
 #include <tinfer/core/philox.hpp>
 #include <tinfer/kernels/cuda/sampling.cuh>
-#include <tinfer/kernels/cuda/sampling_exp.hpp>
+#include <tinfer/core/sampling_exp.hpp>
 #include <tinfer/kernels/sampling.hpp>
 #include <tinfer/presets/presets.hpp>
 
@@ -56,7 +56,7 @@ void test_philox(Checker& checker, std::mt19937_64& rng) {
 
 __global__ void sampling_exp_kernel(float const* x, float* out, int count) {
     int const i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-    if (i < count) out[i] = kernels::sampling_exp(x[i]);
+    if (i < count) out[i] = tinfer::sampling_exp(x[i]);
 }
 
 // The one exponential both samplers weigh with gives the same bits on both backends, over the
@@ -80,7 +80,7 @@ void test_sampling_exp(Checker& checker, std::mt19937_64& rng) {
     auto const out = dout.to_host();
     int differ = 0;
     for (int i = 0; i < count; ++i) {
-        float const host = kernels::sampling_exp(x[i]);
+        float const host = tinfer::sampling_exp(x[i]);
         if (std::memcmp(&host, &out[i], sizeof host) != 0 && !(host != host && out[i] != out[i]))
             ++differ;
     }

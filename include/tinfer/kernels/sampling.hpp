@@ -37,7 +37,7 @@
 #include <tinfer/core/error.hpp>
 #include <tinfer/core/extent.hpp>
 #include <tinfer/core/philox.hpp>
-#include <tinfer/kernels/cuda/sampling_exp.hpp>
+#include <tinfer/core/sampling_exp.hpp>
 
 namespace tinfer::kernels {
 

@@ -15,9 +15,9 @@
 // Penalties and logit bias are not applied here: they change logits before this step (the
 // host's apply_penalties_and_bias), and the logits passed in are the processed ones.
 //
-// Weights come from kernels::sampling_weight, the host sampler's own function (bitwise equal on
-// both backends). A row the host would refuse is refused here too: a NaN or +inf logit, or every
-// logit -inf, writes an error code instead of a token (sampled_token_error), and
+// Weights come from sampling_weight (core/sampling_exp.hpp), the host sampler's own function
+// (bitwise equal on both backends). A row the host would refuse is refused here too: a NaN or +inf
+// logit, or every logit -inf, writes an error code instead of a token (sampled_token_error), and
 // check_sampled_tokens throws the host's exact error for it once the tokens are on the host.
 #include <cuda_runtime.h>
 
@@ -32,9 +32,9 @@
 #include <cub/device/device_segmented_radix_sort.cuh>
 
 #include <tinfer/core/philox.hpp>
+#include <tinfer/core/sampling_exp.hpp>
 #include <tinfer/kernels/cuda/check.cuh>
 #include <tinfer/kernels/cuda/device_buffer.cuh>
-#include <tinfer/kernels/cuda/sampling_exp.hpp>
 #include <tinfer/kernels/sampling.hpp>
 
 namespace tinfer::kernels::cuda {

@@ -1,6 +1,7 @@
 #pragma once
 // The exponential the sampler weighs tokens with, one function for the host sampler
-// (kernels/sampling.hpp) and the device one (kernels/cuda/sampling.cuh). The host's std::exp
+// (kernels/sampling.hpp) and the device one (kernels/cuda/sampling.cuh); in core/ because both
+// backends build on it and neither owns it. The host's std::exp
 // (the C library's expf) and CUDA's expf differ in the last bit for some inputs, and a weight
 // one bit apart can move a token across a top-p or min-p cut-off or the drawn CDF interval, so
 // the two backends would draw different tokens for the same seed. This one uses only operations
@@ -18,7 +19,7 @@
 
 #include <tinfer/core/host_device.hpp>
 
-namespace tinfer::kernels {
+namespace tinfer {
 
 namespace sampling_exp_detail {
 
@@ -82,4 +83,4 @@ TINFER_HOST_DEVICE inline float sampling_weight(float logit, float max_logit, fl
     return sampling_exp((logit - max_logit) / temperature);
 }
 
-}  // namespace tinfer::kernels
+}  // namespace tinfer
