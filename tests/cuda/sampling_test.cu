@@ -13,8 +13,8 @@
 #include <vector>
 
 #include <tinfer/core/philox.hpp>
-#include <tinfer/kernels/cuda/sampling.cuh>
 #include <tinfer/core/sampling_exp.hpp>
+#include <tinfer/kernels/cuda/sampling.cuh>
 #include <tinfer/kernels/sampling.hpp>
 #include <tinfer/presets/presets.hpp>
 
@@ -150,7 +150,7 @@ void test_refused_rows(Checker& checker, std::mt19937_64& rng) {
             std::string got;
             bool request_error = false;
             try {
-                kernels::cuda::check_sampled_tokens({tokens.data() + r, 1});
+                kernels::check_sampled_tokens({tokens.data() + r, 1});
             } catch (RequestError const& error) {
                 got = error.what();
                 request_error = true;

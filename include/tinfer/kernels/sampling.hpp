@@ -36,6 +36,7 @@
 
 #include <tinfer/core/error.hpp>
 #include <tinfer/core/extent.hpp>
+#include <tinfer/core/host_device.hpp>
 #include <tinfer/core/philox.hpp>
 #include <tinfer/core/sampling_exp.hpp>
 
@@ -318,6 +319,26 @@ inline std::int32_t draw_filtered(Extent auto vocab_extent, SamplingParams const
 }
 
 }  // namespace detail
+
+// What the device sampler (kernels/cuda/sampling.cuh) writes in place of a token for a row this
+// sampler refuses: -1 - t when token t is the lowest id whose logit is NaN or +inf (the token
+// the host names), all_logits_masked when every logit is -inf. Drawn tokens are >= 0. The codes
+// live here, beside the refusals they stand for, so the host can decode them and the CPU tests
+// check the round trip.
+inline constexpr std::int32_t all_logits_masked = std::numeric_limits<std::int32_t>::min();
+TINFER_HOST_DEVICE constexpr std::int32_t nonfinite_logit_code(std::int32_t token) {
+    return -1 - token;
+}
+
+// Throws what sample_token throws for the first refused row of tokens the device sampler wrote
+// (copied to the host); returns quietly when every row drew a token.
+inline void check_sampled_tokens(std::span<std::int32_t const> tokens) {
+    for (std::int32_t const token : tokens) {
+        if (token >= 0) continue;
+        if (token == all_logits_masked) throw detail::all_logits_masked_error();
+        throw detail::nonfinite_logit_error(-1 - token);
+    }
+}
 
 // Applies repetition, frequency and presence penalties, then logit bias, to `logits` in place.
 //   repetition (prompt + output tokens, once per distinct token): positive logits are divided

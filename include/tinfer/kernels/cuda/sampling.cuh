@@ -21,7 +21,6 @@
 // check_sampled_tokens throws the host's exact error for it once the tokens are on the host.
 #include <cuda_runtime.h>
 
-#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -64,24 +63,6 @@ inline DeviceSamplingParams device_sampling_params(SamplingParams const& params,
 }
 
 inline constexpr int sampling_threads = 512;
-
-// What the device sampler writes for a row the host sampler would refuse: -1 - t when token t
-// is the lowest id whose logit is NaN or +inf (the token the host names), all_logits_masked
-// when every logit is -inf. Drawn tokens are >= 0.
-inline constexpr std::int32_t all_logits_masked = INT_MIN;
-TINFER_HOST_DEVICE constexpr std::int32_t nonfinite_logit_code(std::int32_t token) {
-    return -1 - token;
-}
-
-// Throws what kernels::sample_token throws for the first refused row (tokens as the device
-// sampler wrote them, copied to the host); returns quietly when every row drew a token.
-inline void check_sampled_tokens(std::span<std::int32_t const> tokens) {
-    for (std::int32_t const token : tokens) {
-        if (token >= 0) continue;
-        if (token == all_logits_masked) throw detail::all_logits_masked_error();
-        throw detail::nonfinite_logit_error(-1 - token);
-    }
-}
 
 namespace sampling_detail {
 

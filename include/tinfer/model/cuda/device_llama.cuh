@@ -218,8 +218,7 @@ class DeviceLlama {
         }
         commit_step(plan, tables_);
         if (!greedy.empty())
-            kernels::cuda::check_sampled_tokens(
-                greedy.first(static_cast<std::size_t>(plan.chunks)));
+            kernels::check_sampled_tokens(greedy.first(static_cast<std::size_t>(plan.chunks)));
     }
 
   private:
