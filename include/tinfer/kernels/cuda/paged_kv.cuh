@@ -11,60 +11,14 @@
 // what Codec::decode computes (the same conversion, then the same multiply by the stored scale).
 #include <cstddef>
 #include <cstdint>
-#include <string>
 #include <type_traits>
-
-#include <tinfer/core/error.hpp>
 
 #include <tinfer/core/int_quant.hpp>
 #include <tinfer/kernels/cuda/element.cuh>
+#include <tinfer/kernels/cuda/paged_kv_layer.hpp>
 #include <tinfer/kv/codec.hpp>
 
 namespace tinfer::kernels::cuda {
-
-struct PagedKvLayer {
-    std::byte* storage = nullptr;       // [blocks][block_bytes], device memory
-    std::size_t block_bytes = 0;        // bytes of one block, every layer included
-    std::size_t key_offset = 0;         // where this layer's K vectors start inside a block
-    std::size_t value_offset = 0;       // where this layer's V vectors start inside a block
-    int block_size = 0;                 // tokens per block
-    int const* block_tables = nullptr;  // [seqs][table_stride] physical block ids
-    int table_stride = 0;
-    // Bytes of one K and one V vector in the cache this view was made for (paged_kv_layer sets
-    // them from the cache type; 0: not recorded, unchecked). The kernels compare them with their
-    // codecs, so V is never read with K's codec when the two differ.
-    std::size_t key_vector_bytes = 0;
-    std::size_t value_vector_bytes = 0;
-
-    __device__ std::byte* vector(std::size_t part_offset, std::size_t vector_bytes, int seq,
-                                 int kv_head, int position) const {
-        int const block =
-            block_tables[static_cast<std::size_t>(seq) * table_stride + position / block_size];
-        int const slot = position % block_size;
-        return storage + static_cast<std::size_t>(block) * block_bytes + part_offset +
-               (static_cast<std::size_t>(kv_head) * block_size + slot) * vector_bytes;
-    }
-};
-
-// The layer view of a kv::PagedKvCache type's device mirror: same constants, same offsets.
-template <class Cache>
-PagedKvLayer paged_kv_layer(std::byte* device_storage, int layer, int const* device_block_tables,
-                            int table_stride) {
-    constexpr std::size_t layer_bytes = Cache::layer_token_bytes * Cache::block_size;
-    std::size_t const key_offset = static_cast<std::size_t>(layer) * layer_bytes;
-    return PagedKvLayer{
-        .storage = device_storage,
-        .block_bytes = Cache::bytes_per_block,
-        .key_offset = key_offset,
-        .value_offset = key_offset + static_cast<std::size_t>(Cache::config.kv_heads) *
-                                         Cache::block_size * Cache::key_vector_bytes,
-        .block_size = Cache::block_size,
-        .block_tables = device_block_tables,
-        .table_stride = table_stride,
-        .key_vector_bytes = Cache::key_vector_bytes,
-        .value_vector_bytes = Cache::value_vector_bytes,
-    };
-}
 
 template <class Codec, int HeadDim>
 struct KvReader;
@@ -160,23 +114,6 @@ __device__ inline void load_run(std::byte const* vector, int first, float (&out)
 #pragma unroll
         for (int e = 0; e < Reader::elements; ++e) out[run * Reader::elements + e] = part[e];
     }
-}
-
-// A layer made for other codecs than the kernel's is refused (its V would be decoded with the
-// wrong codec, or at the wrong vector size).
-template <class KeyCodec, class ValueCodec, int HeadDim>
-void check_layer_codecs(PagedKvLayer const& layer, char const* kernel) {
-    constexpr std::size_t key_bytes = KeyCodec::template vector_bytes<HeadDim>;
-    constexpr std::size_t value_bytes = ValueCodec::template vector_bytes<HeadDim>;
-    bool const key_ok = layer.key_vector_bytes == 0 || layer.key_vector_bytes == key_bytes;
-    bool const value_ok = layer.value_vector_bytes == 0 || layer.value_vector_bytes == value_bytes;
-    if (!key_ok || !value_ok)
-        throw Error(std::string(kernel) + ": the cache holds K vectors of " +
-                    std::to_string(layer.key_vector_bytes) + " bytes and V vectors of " +
-                    std::to_string(layer.value_vector_bytes) + ", the kernel's codecs (" +
-                    std::string(KeyCodec::name) + ", " + std::string(ValueCodec::name) +
-                    ") write " + std::to_string(key_bytes) + " and " + std::to_string(value_bytes) +
-                    ": pass the cache's value codec as the kernel's ValueCodec");
 }
 
 }  // namespace tinfer::kernels::cuda
