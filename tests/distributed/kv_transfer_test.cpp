@@ -95,6 +95,8 @@ GenerationRequest random_request(std::mt19937_64& rng) {
     r.prompt_tokens.resize(static_cast<std::size_t>(count(rng)) + 1);
     for (auto& t : r.prompt_tokens) t = static_cast<std::int32_t>(rng());
     r.max_tokens = static_cast<int>(rng());
+    r.n = count(rng) + 1;
+    if (rng() % 2) r.seed = rng();
     for (int i = count(rng); i > 0; --i) r.stop.push_back(std::string(count(rng), char(rng())));
     for (int i = count(rng); i > 0; --i)
         r.stop_token_ids.push_back(static_cast<std::int32_t>(rng()));
@@ -121,10 +123,11 @@ GenerationRequest random_request(std::mt19937_64& rng) {
 bool same_request(GenerationRequest const& a, GenerationRequest const& b) {
     auto const& p = a.sampling;
     auto const& q = b.sampling;
-    return a.prompt_tokens == b.prompt_tokens && a.max_tokens == b.max_tokens && a.stop == b.stop &&
-           a.stop_token_ids == b.stop_token_ids && a.ignore_eos == b.ignore_eos &&
-           p.temperature == q.temperature && p.top_k == q.top_k && p.top_p == q.top_p &&
-           p.min_p == q.min_p && p.repetition_penalty == q.repetition_penalty &&
+    return a.prompt_tokens == b.prompt_tokens && a.max_tokens == b.max_tokens && a.n == b.n &&
+           a.seed == b.seed && a.stop == b.stop && a.stop_token_ids == b.stop_token_ids &&
+           a.ignore_eos == b.ignore_eos && p.temperature == q.temperature && p.top_k == q.top_k &&
+           p.top_p == q.top_p && p.min_p == q.min_p &&
+           p.repetition_penalty == q.repetition_penalty &&
            p.presence_penalty == q.presence_penalty && p.frequency_penalty == q.frequency_penalty &&
            p.logit_bias == q.logit_bias && p.seed == q.seed && p.logprobs == q.logprobs &&
            p.top_logprobs == q.top_logprobs && a.priority == b.priority && a.tenant == b.tenant &&

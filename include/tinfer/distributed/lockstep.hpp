@@ -17,9 +17,10 @@
 // a fingerprint of every (request, token, finish) it has streamed so far, and a rank whose own
 // fingerprint differs throws, naming the step, instead of running on with another sequence.
 //
-// What a message carries of a request: its id, its prompt tokens, max_tokens, n, seed, stop strings
-// and ids, ignore_eos, priority, tenant, draft_tokens and every sampling setting. Not its grammar:
-// the engine refuses structured output under tensor parallelism (RequestLimits).
+// What a message carries of a request: its id and request_wire.hpp's fields (the prompt as
+// tokens, max_tokens, n, seed, stop strings and ids, ignore_eos, priority, tenant, draft_tokens
+// and every sampling setting). Not its grammar: the engine refuses structured output under
+// tensor parallelism (RequestLimits).
 //
 // Shutdown: rank 0 calls finish() after its last step; every other rank's follow() returns.
 // The follower waits for a message with MPI_Ibcast and MPI_Test between short sleeps, so an
@@ -42,180 +43,51 @@
 
 #include <tinfer/core/error.hpp>
 #include <tinfer/distributed/mpi_communicator.hpp>
+#include <tinfer/distributed/request_wire.hpp>
 #include <tinfer/engine/request.hpp>
 #include <tinfer/engine/request_intake.hpp>
 
 namespace tinfer::distributed {
 
-namespace lockstep_detail {
-
-// A byte buffer of little-endian values as this machine lays them out (every rank runs the
-// same build on the same kind of machine).
-class Writer {
-  public:
-    template <class T>
-    requires std::is_trivially_copyable_v<T>
-    void put(T const& value) {
-        auto const* bytes = reinterpret_cast<std::byte const*>(&value);
-        out_.insert(out_.end(), bytes, bytes + sizeof(T));
-    }
-    template <class T>
-    void put_vector(std::vector<T> const& values) {
-        put(static_cast<std::uint64_t>(values.size()));
-        for (T const& v : values) put(v);
-    }
-    void put_string(std::string const& text) {
-        put(static_cast<std::uint64_t>(text.size()));
-        auto const* bytes = reinterpret_cast<std::byte const*>(text.data());
-        out_.insert(out_.end(), bytes, bytes + text.size());
-    }
-    std::vector<std::byte> take() { return std::move(out_); }
-
-  private:
-    std::vector<std::byte> out_;
-};
-
-class Reader {
-  public:
-    explicit Reader(std::span<std::byte const> bytes) : bytes_(bytes) {}
-    template <class T>
-    requires std::is_trivially_copyable_v<T> T get() {
-        need(sizeof(T));
-        T value;
-        std::memcpy(&value, bytes_.data() + at_, sizeof(T));
-        at_ += sizeof(T);
-        return value;
-    }
-    template <class T>
-    std::vector<T> get_vector() {
-        auto const n = get<std::uint64_t>();
-        need(n * sizeof(T));  // a corrupt count fails here, before allocating
-        std::vector<T> out(n);
-        for (T& v : out) v = get<T>();
-        return out;
-    }
-    std::string get_string() {
-        auto const n = get<std::uint64_t>();
-        need(n);
-        std::string out(reinterpret_cast<char const*>(bytes_.data() + at_), n);
-        at_ += n;
-        return out;
-    }
-    bool done() const { return at_ == bytes_.size(); }
-    std::size_t left() const { return bytes_.size() - at_; }
-
-  private:
-    void need(std::size_t n) const {
-        if (n > bytes_.size() - at_)
-            throw CommunicationError("lockstep: a message from rank 0 ends early (" +
-                                     std::to_string(bytes_.size()) + " bytes)");
-    }
-    std::span<std::byte const> bytes_;
-    std::size_t at_ = 0;
-};
-
-}  // namespace lockstep_detail
-
-// One step's inbox on the wire (callbacks and arrival times stay on their rank).
+// One step's inbox on the wire (callbacks and arrival times stay on their rank): each arrival's
+// id and request (request_wire.hpp, the same field list as the disaggregation hand-off), then
+// the aborted ids.
 inline std::vector<std::byte> encode_inbox(RequestIntake::Inbox const& inbox) {
-    lockstep_detail::Writer w;
+    wire::Writer w;
     w.put(static_cast<std::uint64_t>(inbox.first.size()));
     for (RequestIntake::Arrival const& a : inbox.first) {
         if (a.transferred)
-            throw Error("lockstep: a request prefilled by another engine (disaggregation) "
-                        "cannot be adopted under tensor parallelism");
-        GenerationRequest const& r = a.request;
-        kernels::SamplingParams const& s = r.sampling;
+            throw Error(
+                "lockstep: a request prefilled by another engine (disaggregation) "
+                "cannot be adopted under tensor parallelism");
         w.put(static_cast<std::uint64_t>(a.id));
-        w.put_vector(a.prompt);
-        w.put(r.max_tokens);
-        w.put(r.n);
-        w.put(static_cast<std::uint8_t>(r.seed.has_value()));
-        w.put(r.seed.value_or(0));
-        w.put(static_cast<std::uint64_t>(r.stop.size()));
-        for (std::string const& stop : r.stop) w.put_string(stop);
-        w.put_vector(r.stop_token_ids);
-        w.put(static_cast<std::uint8_t>(r.ignore_eos));
-        w.put(r.priority);
-        w.put(r.tenant);
-        w.put(r.draft_tokens);
-        w.put(s.temperature);
-        w.put(s.top_k);
-        w.put(s.top_p);
-        w.put(s.min_p);
-        w.put(s.repetition_penalty);
-        w.put(s.presence_penalty);
-        w.put(s.frequency_penalty);
-        w.put(static_cast<std::uint64_t>(s.logit_bias.size()));
-        for (auto const& [token, bias] : s.logit_bias) {
-            w.put(token);
-            w.put(bias);
-        }
-        w.put(s.seed);
-        w.put(static_cast<std::uint8_t>(s.logprobs));
-        w.put(s.top_logprobs);
+        wire::put_request(w, a.request, a.prompt);
     }
-    w.put_vector(inbox.second);
-    return w.take();
+    w.put(static_cast<std::uint64_t>(inbox.second.size()));
+    for (sched::RequestId const id : inbox.second) w.put(static_cast<std::uint64_t>(id));
+    return std::move(w.bytes());
 }
 
 // The inbox rank 0 sent; every arrival gets `callback`.
 inline RequestIntake::Inbox decode_inbox(std::span<std::byte const> bytes,
                                          TokenCallback const& callback,
                                          sched::Clock::time_point arrived) {
-    lockstep_detail::Reader in(bytes);
+    wire::BasicReader<CommunicationError> in(bytes, "lockstep: a message from rank 0");
     RequestIntake::Inbox inbox;
-    auto const arrivals = in.get<std::uint64_t>();
-    for (std::uint64_t i = 0; i < arrivals; ++i) {
+    auto const arrivals = in.count(8);
+    for (std::size_t i = 0; i < arrivals; ++i) {
         RequestIntake::Arrival a{.callback = callback, .submitted = arrived};
-        GenerationRequest& r = a.request;
-        kernels::SamplingParams& s = r.sampling;
-        a.id = sched::RequestId{in.get<std::uint64_t>()};
-        a.prompt = in.get_vector<std::int32_t>();
-        r.prompt_tokens = a.prompt;
-        r.max_tokens = in.get<int>();
-        r.n = in.get<int>();
-        bool const seeded = in.get<std::uint8_t>() != 0;
-        auto const seed = in.get<std::uint64_t>();
-        if (seeded) r.seed = seed;
-        auto const stops = in.get<std::uint64_t>();
-        for (std::uint64_t k = 0; k < stops; ++k) r.stop.push_back(in.get_string());
-        r.stop_token_ids = in.get_vector<std::int32_t>();
-        r.ignore_eos = in.get<std::uint8_t>() != 0;
-        r.priority = in.get<int>();
-        r.tenant = in.get<std::uint32_t>();
-        r.draft_tokens = in.get<int>();
-        s.temperature = in.get<float>();
-        s.top_k = in.get<int>();
-        s.top_p = in.get<float>();
-        s.min_p = in.get<float>();
-        s.repetition_penalty = in.get<float>();
-        s.presence_penalty = in.get<float>();
-        s.frequency_penalty = in.get<float>();
-        auto const biases = in.get<std::uint64_t>();
-        for (std::uint64_t k = 0; k < biases && in.left() > 0; ++k) {
-            auto const token = in.get<std::int32_t>();
-            s.logit_bias.emplace_back(token, in.get<float>());
-        }
-        s.seed = in.get<std::uint64_t>();
-        s.logprobs = in.get<std::uint8_t>() != 0;
-        s.top_logprobs = in.get<int>();
+        a.id = sched::RequestId{in.take<std::uint64_t>()};
+        a.request = wire::take_request(in);
+        a.prompt = a.request.prompt_tokens;
         inbox.first.push_back(std::move(a));
     }
-    inbox.second = in.get_vector<sched::RequestId>();
+    auto const aborts = in.count(8);
+    for (std::size_t i = 0; i < aborts; ++i)
+        inbox.second.push_back(sched::RequestId{in.take<std::uint64_t>()});
     if (!in.done()) throw CommunicationError("lockstep: a message from rank 0 has trailing bytes");
     return inbox;
 }
-
-// A field added to GenerationRequest or SamplingParams must be carried by encode_inbox and
-// decode_inbox, or rank 0 and the others would serve different requests: these sizes change
-// with the fields (x86-64 libstdc++, the build this project targets).
-#if defined(__x86_64__) && defined(__GLIBCXX__)
-static_assert(sizeof(kernels::SamplingParams) == 72,
-              "SamplingParams changed: carry the new field in distributed/lockstep.hpp");
-static_assert(sizeof(GenerationRequest) == 264,
-              "GenerationRequest changed: carry the new field in distributed/lockstep.hpp");
-#endif
 
 // What every rank streamed, folded in order: equal on two ranks iff (up to FNV collisions)
 // they streamed the same tokens for the same requests and ended them alike.
