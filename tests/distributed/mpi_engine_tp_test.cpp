@@ -27,6 +27,7 @@
 #include <tinfer/gguf/synthetic_model.hpp>
 #include <tinfer/model/parallel.hpp>
 
+#include "lockstep_load.hpp"
 #include "mpi_testing.hpp"
 
 using namespace tinfer;
@@ -52,71 +53,9 @@ using Single = Engine<model::Llama<tiny>, Serving>;
 using Parallel = model::TensorParallel<ranks, distributed::MpiCommunicator>;
 using Sharded = Engine<model::Llama<tiny, Parallel>, Serving>;
 
-struct Stream {
-    std::vector<std::int32_t> tokens;
-    std::vector<float> margins;  // top-2 log-probability gap at each token (TP 1 only)
-    FinishReason finish = FinishReason::aborted;
-};
-
-// Request 1 shares request 0's first 48 tokens (3 full blocks) and runs after it has finished,
-// so its admission is a prefix-cache hit; prompts of 30-69 tokens and 12-31 new tokens, four
-// at a time, outgrow a 10-block cache, so running requests are preempted.
-std::vector<GenerationRequest> requests_of(std::uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::vector<GenerationRequest> out;
-    std::vector<std::int32_t> shared_prefix;
-    for (int i = 0; i < 48; ++i) shared_prefix.push_back(static_cast<std::int32_t>(rng() % 64));
-    for (int i = 0; i < 8; ++i) {
-        GenerationRequest r{.max_tokens = 12 + static_cast<int>(rng() % 20), .ignore_eos = true};
-        int const length = 30 + static_cast<int>(rng() % 40);
-        if (i < 2) r.prompt_tokens = shared_prefix;
-        for (int t = static_cast<int>(r.prompt_tokens.size()); t < length; ++t)
-            r.prompt_tokens.push_back(static_cast<std::int32_t>(rng() % 64));
-        if (i < 2) r.prompt_tokens.push_back(static_cast<std::int32_t>(rng() % 64));
-        if (i % 2 == 1) {
-            r.sampling.temperature = 0.9f;
-            r.sampling.top_k = 20;
-            r.sampling.seed = seed + static_cast<std::uint64_t>(i);
-        } else {
-            r.sampling.temperature = 0;
-        }
-        r.sampling.top_logprobs = 2;
-        out.push_back(std::move(r));
-    }
-    return out;
-}
-
-template <class E>
-std::vector<Stream> serve(E& engine, std::vector<GenerationRequest> const& requests,
-                          char const* which) try {
-    std::vector<Stream> streams(requests.size());
-    auto const submit = [&](std::size_t i) {
-        Stream& out = streams[i];
-        engine.submit(requests[i], [&out](TokenEvent const& e) {
-            if (e.token >= 0) {
-                out.tokens.push_back(e.token);
-                out.margins.push_back(e.top_logprobs.size() >= 2
-                                          ? e.top_logprobs[0].logprob - e.top_logprobs[1].logprob
-                                          : INFINITY);
-            }
-            if (e.finish) out.finish = *e.finish;
-        });
-    };
-    constexpr int step_limit = 5000;  // far more than the load needs: a stuck loop fails
-    int steps = 0;
-    auto const run = [&] {
-        while (engine.step())
-            if (++steps >= step_limit)
-                throw Error("the engine did not finish its requests in 5000 steps");
-    };
-    submit(0);
-    run();  // request 0 alone: its blocks stay in the prefix cache
-    for (std::size_t i = 1; i < requests.size(); ++i) submit(i);
-    run();
-    return streams;
-} catch (std::exception const& e) {
-    throw Error(std::string(which) + ": " + e.what());
-}
+using testing::mpi::lockstep_load;
+using testing::mpi::serve_load;
+using testing::mpi::Stream;
 
 }  // namespace
 
@@ -128,7 +67,7 @@ int main(int argc, char** argv) {
         gguf::SyntheticModel model(tiny, 20261201);
         model.with_tokenizer();
         std::vector<std::byte> const bytes = model.bytes();
-        auto const requests = requests_of(seed);
+        auto const requests = lockstep_load(seed, {.top_logprobs = 2});
         // A budget of 10 blocks of 16 tokens per rank: the load needs more, so the scheduler
         // preempts, identically on every rank.
         EngineOptions const options{.kv_budget_bytes = 10 * Sharded::Cache::bytes_per_block,
@@ -137,9 +76,9 @@ int main(int argc, char** argv) {
                                            .threads = 1};
 
         Single single(gguf::File::from_bytes(bytes), single_options);
-        std::vector<Stream> const expected = serve(single, requests, "TP 1");
+        std::vector<Stream> const expected = serve_load(single, requests, "TP 1");
         Sharded sharded(gguf::File::from_bytes(bytes), options, {}, Parallel(mpi));
-        std::vector<Stream> const got = serve(sharded, requests, "TP 3");
+        std::vector<Stream> const got = serve_load(sharded, requests, "TP 3");
 
         checks.expect(sharded.metrics().summary().preemptions > 0,
                       "the small KV budget forced preemptions under TP");
@@ -195,7 +134,7 @@ int main(int argc, char** argv) {
             distributed::Lockstep lockstep(mpi);
             if (lockstep.leads()) {
                 lockstep.lead(stepped);
-                std::vector<Stream> const led = serve(stepped, requests, "TP 3 in lockstep");
+                std::vector<Stream> const led = serve_load(stepped, requests, "TP 3 in lockstep");
                 lockstep.finish();
                 for (std::size_t i = 0; i < requests.size(); ++i)
                     checks.expect(led[i].tokens == got[i].tokens,
@@ -227,7 +166,7 @@ int main(int argc, char** argv) {
             GenerationRequest plain = speculative;
             plain.draft_tokens = 0;
             plain.sampling.top_logprobs = 2;
-            std::vector<Stream> const reference = serve(single, {plain}, "TP 1 (speculative)");
+            std::vector<Stream> const reference = serve_load(single, {plain}, "TP 1 (speculative)");
 
             Sharded stepped(gguf::File::from_bytes(bytes), options, {}, Parallel(mpi));
             distributed::Lockstep lockstep(mpi);

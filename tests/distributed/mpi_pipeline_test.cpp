@@ -28,6 +28,7 @@
 #include <tinfer/model/pipeline_parallel.hpp>
 #include <tinfer/presets/presets.hpp>
 
+#include "lockstep_load.hpp"
 #include "mpi_testing.hpp"
 
 using namespace tinfer;
@@ -56,66 +57,9 @@ using Staged = Engine<model::Llama<tiny, Pipeline>, Serving>;
 static_assert(Staged::Cache::bytes_per_block * stages == Single::Cache::bytes_per_block,
               "a stage's KV blocks hold its own layers only");
 
-struct Stream {
-    std::vector<std::int32_t> tokens;
-    FinishReason finish = FinishReason::aborted;
-};
-
-// Requests 0 and 1 share 48 prompt tokens (3 blocks) and 1 runs after 0 finished: a prefix-cache
-// hit. Prompts of 30-69 tokens and 12-31 new tokens, four at a time, outgrow 10 blocks: the
-// scheduler preempts. Every third request speculates 3 tokens per round; prompts repeat a motif
-// so prompt lookup finds drafts.
-std::vector<GenerationRequest> requests_of(std::uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::vector<GenerationRequest> out;
-    std::vector<std::int32_t> shared_prefix;
-    for (int i = 0; i < 48; ++i) shared_prefix.push_back(static_cast<std::int32_t>(rng() % 64));
-    for (int i = 0; i < 8; ++i) {
-        GenerationRequest r{.max_tokens = 12 + static_cast<int>(rng() % 20), .ignore_eos = true};
-        int const length = 30 + static_cast<int>(rng() % 40);
-        if (i < 2) r.prompt_tokens = shared_prefix;
-        std::vector<std::int32_t> motif;
-        for (int t = 0; t < 5; ++t) motif.push_back(static_cast<std::int32_t>(rng() % 64));
-        for (int t = static_cast<int>(r.prompt_tokens.size()); t < length; ++t)
-            r.prompt_tokens.push_back(i % 3 == 2 ? motif[static_cast<std::size_t>(t) % 5]
-                                                 : static_cast<std::int32_t>(rng() % 64));
-        if (i < 2) r.prompt_tokens.push_back(static_cast<std::int32_t>(rng() % 64));
-        if (i % 3 == 2) r.draft_tokens = 3;
-        if (i % 2 == 1) {
-            r.sampling.temperature = 0.9f;
-            r.sampling.top_k = 20;
-            r.sampling.seed = seed + static_cast<std::uint64_t>(i);
-        } else {
-            r.sampling.temperature = 0;
-        }
-        out.push_back(std::move(r));
-    }
-    return out;
-}
-
-template <class E>
-std::vector<Stream> serve(E& engine, std::vector<GenerationRequest> const& requests) {
-    std::vector<Stream> streams(requests.size());
-    auto const submit = [&](std::size_t i) {
-        Stream& out = streams[i];
-        engine.submit(requests[i], [&out](TokenEvent const& e) {
-            if (e.token >= 0) out.tokens.push_back(e.token);
-            if (e.finish) out.finish = *e.finish;
-        });
-    };
-    constexpr int step_limit = 5000;  // far more than the load needs: a stuck loop fails
-    int steps = 0;
-    auto const run = [&] {
-        while (engine.step())
-            if (++steps >= step_limit)
-                throw Error("the engine did not finish its requests in 5000 steps");
-    };
-    submit(0);
-    run();  // request 0 alone: its blocks stay in the prefix cache
-    for (std::size_t i = 1; i < requests.size(); ++i) submit(i);
-    run();
-    return streams;
-}
+using testing::mpi::lockstep_load;
+using testing::mpi::serve_load;
+using testing::mpi::Stream;
 
 // Rank 0's vector on every rank, to compare with this rank's.
 std::vector<std::int32_t> rank0_of(std::vector<std::int32_t> tokens, MPI_Comm comm) {
@@ -131,16 +75,16 @@ void engine_case(testing::mpi::Checks& checks, distributed::MpiCommunicator& mpi
     gguf::SyntheticModel model(tiny, 20261201);
     model.with_tokenizer();
     std::vector<std::byte> const bytes = model.bytes();
-    auto const requests = requests_of(seed);
+    auto const requests = lockstep_load(seed, {.speculate = true});
     // 10 blocks of 16 tokens on every rank, as in the one process: the load needs more, so
     // both preempt, at the same steps.
     Single single(gguf::File::from_bytes(bytes),
                   {.kv_budget_bytes = 10 * Single::Cache::bytes_per_block, .threads = 1});
-    std::vector<Stream> const expected = serve(single, requests);
+    std::vector<Stream> const expected = serve_load(single, requests, "one process");
     Staged staged(gguf::File::from_bytes(bytes),
                   {.kv_budget_bytes = 10 * Staged::Cache::bytes_per_block, .threads = 1}, {},
                   Pipeline(mpi, /*micro_batches=*/3));
-    std::vector<Stream> const got = serve(staged, requests);
+    std::vector<Stream> const got = serve_load(staged, requests, "2 stages");
 
     auto const summary = staged.metrics().summary();
     checks.expect(summary.preemptions > 0, "the small KV budget forced preemptions");
