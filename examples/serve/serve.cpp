@@ -52,10 +52,10 @@
 #include <tinfer/presets/presets.hpp>
 
 #include "../common/cli_options.hpp"
+#include "../common/parallel_engines.hpp"
 #include "http_server.hpp"
 #include "openai_protocol.hpp"
 #include "prometheus.hpp"
-#include "tensor_parallel.hpp"
 
 #if TINFER_WITH_MPI
 #include <tinfer/distributed/mpi_roles.hpp>
@@ -118,7 +118,8 @@ struct Options {
     int speculative_tokens = 0;  // γ of prompt-lookup speculation; 0: off
     std::string role;            // prefill or decode under mpirun; empty: colocated
     std::string chat_template;   // a Jinja file or a built-in's name; empty: the file's own
-    int tensor_parallel = 1;     // --tp: ranks of mpirun, each with its shard of the model
+    // --tp / --pp: ranks of mpirun, each with its shard or its stage of the model
+    tinfer::examples::ParallelSplit split;
 };
 
 // Compares a presented key with the configured one in time that depends only on the
@@ -1056,23 +1057,29 @@ struct RoleSession {
 };
 #endif
 
-// Under --tp (`ranks`), every rank runs this; ranks > 0 follow rank 0's engine steps and serve
-// no HTTP (tensor_parallel.hpp).
+// Under --tp or --pp (`ranks`), every rank runs this; ranks > 0 follow rank 0's engine steps and
+// serve no HTTP (examples/common/parallel_engines.hpp).
 template <class ServingEngine>
 int run(Options const& options, sigset_t const& stop_signals, tinfer::gguf::File file,
-        RoleSession* role, serve::TensorParallelRanks* ranks = nullptr) {
+        RoleSession* role, tinfer::examples::LockstepRanks* ranks = nullptr) {
     // Read before the engine takes the file: --chat-template replaces the file's template.
     auto chat_template = tinfer::examples::chat_template_option(options.chat_template, file);
-    ServingEngine engine =
-        serve::make_engine<ServingEngine>(std::move(file),
-                                          {.kv_budget_bytes = options.kv_budget_mb << 20,
-                                           .threads = options.threads,
-                                           .prefix_caching = options.prefix_caching,
-                                           .int8_activations = options.precision == "int8",
-                                           .chat_template = std::move(chat_template)},
-                                          ranks);
-    if (std::optional<int> const follower_exit = serve::join_lockstep(engine, ranks))
+    ServingEngine engine = tinfer::examples::make_engine<ServingEngine>(
+        std::move(file),
+        {.kv_budget_bytes = options.kv_budget_mb << 20,
+         .threads = options.threads,
+         .prefix_caching = options.prefix_caching,
+         .int8_activations = options.precision == "int8",
+         .chat_template = std::move(chat_template)},
+        ranks);
+    if (std::optional<int> const follower_exit =
+            tinfer::examples::join_lockstep(engine, ranks, "serve"))
         return *follower_exit;
+    if (ranks != nullptr) {
+        // The pid: SIGTERM to rank 0 stops the job cleanly (mpirun's own forwarding may kill).
+        std::cout << "serve: " << tinfer::examples::describe(options.split) << "; rank 0 (pid "
+                  << getpid() << ") serves HTTP" << std::endl;
+    }
     if (role && !role->serves_http()) {  // the decode rank: no HTTP, until rank 0 shuts it down
         std::cout << "serve: decode role, serving the prefill rank's hand-offs" << std::endl;
         role->serve(engine, [] { return false; });
@@ -1128,7 +1135,7 @@ int run(Options const& options, sigset_t const& stop_signals, tinfer::gguf::File
             }
         } catch (std::exception const& e) {
             std::cerr << "serve: the engine failed: " << e.what() << std::endl;
-            serve::abandon_lockstep(ranks);
+            tinfer::examples::abandon_lockstep(ranks);
             state.engine_failed = true;
         }
     });
@@ -1157,7 +1164,7 @@ int run(Options const& options, sigset_t const& stop_signals, tinfer::gguf::File
     workers.join();
     engine_stop = true;
     engine_thread.join();
-    serve::finish_lockstep(ranks);
+    tinfer::examples::finish_lockstep(ranks);
     std::cout << "serve: stopped" << std::endl;
     return state.engine_failed ? 1 : 0;
 }
@@ -1271,11 +1278,22 @@ int main(int argc, char** argv) {
                    "(decodes them, no HTTP): mpirun -n 1 serve --role prefill ... : -n 1 serve "
                    "--role decode ...")
         ->check(CLI::IsMember({"prefill", "decode"}));
-    app.add_option("--tp", options.tensor_parallel,
+    app.add_option("--tp", options.split.tensor,
                    "Tensor-parallel degree: run as `mpirun -n N serve --tp N`; rank 0 serves "
                    "HTTP, every rank computes its shard of each step (float32 KV cache)")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
+    auto* pp_option =
+        app.add_option("--pp", options.split.pipeline,
+                       "Pipeline stages: run as `mpirun -n N serve --pp N`; rank 0 serves HTTP, "
+                       "rank r computes stage r's layers of each step (float32 KV cache)")
+            ->capture_default_str()
+            ->check(CLI::PositiveNumber);
+    app.add_option("--micro-batches", options.split.micro_batches,
+                   "Pieces a step's rows are cut into under --pp, so the stages overlap")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber)
+        ->needs(pp_option);
     CLI11_PARSE(app, argc, argv);
     if (options.served_model_name.empty())
         options.served_model_name = std::filesystem::path(options.model).stem().string();
@@ -1292,6 +1310,17 @@ int main(int argc, char** argv) {
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     std::optional<RoleSession> role;  // outlives the try: MPI must be up to abort the job
     try {
+        if (options.split.split()) {
+            // One split per run, and each refuses what it cannot carry, before MPI starts.
+            char const* const flag = options.split.pipeline > 1 ? "--pp" : "--tp";
+            if (options.split.tensor > 1 && options.split.pipeline > 1)
+                throw std::runtime_error("--tp and --pp cannot be combined (one split per run)");
+            if (!options.role.empty())
+                throw std::runtime_error(std::string(flag) + " and --role cannot be combined");
+            if (options.kv_cache_dtype != "fp32")
+                throw std::runtime_error("--kv-cache-dtype " + options.kv_cache_dtype +
+                                         " is not supported under " + flag + ": fp32 only");
+        }
         if (!options.role.empty()) {
 #if TINFER_WITH_MPI
             role.emplace(&argc, &argv, tinfer::distributed::serving_role_named(options.role));
@@ -1300,15 +1329,10 @@ int main(int argc, char** argv) {
 #endif
         }
         auto file = tinfer::gguf::File::open(options.model);
-        if (options.tensor_parallel > 1) {
-            if (!options.role.empty())
-                throw std::runtime_error("--tp and --role cannot be combined");
-            if (options.kv_cache_dtype != "fp32")
-                throw std::runtime_error("--kv-cache-dtype " + options.kv_cache_dtype +
-                                         " is not supported under --tp: fp32 only");
-            return serve::with_tensor_parallel_engine<Serving>(
-                file, options.tensor_parallel,
-                [&]<class Engine>(serve::TensorParallelRanks& ranks) {
+        if (options.split.split()) {
+            return tinfer::examples::with_parallel_engine<Serving>(
+                file, options.split, "serve",
+                [&]<class Engine>(tinfer::examples::LockstepRanks& ranks) {
                     return run<Engine>(options, stop_signals, std::move(file), nullptr, &ranks);
                 });
         }

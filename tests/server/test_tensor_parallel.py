@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""serve --tp 2 end to end: two ranks under mpirun against one process, over loopback.
+"""serve --tp 2 and --pp 2 end to end: two ranks under mpirun against one process, over loopback.
 
   python3 tests/server/test_tensor_parallel.py --server build/examples/serve \
       --mpirun mpirun --model gemma-3-270m.gguf --smollm2 SmolLM2.gguf
@@ -13,6 +13,15 @@ near-tie (below NEAR_TIE, reported). Speculative decoding by prompt lookup runs 
 (greedy output is unchanged by it). SIGTERM to rank 0 must end the whole job (rank 1 told to
 stop, not killed) with exit status 0 within STOP_SECONDS. Refusals: --tp 2 on SmolLM2 (9
 heads) and --tp 2 on one rank end with a message naming the problem, without hanging.
+
+Then `mpirun -n 2 serve --pp 2 --micro-batches 2 --speculative-tokens 3` on SmolLM2 (30 layers,
+15 a stage; rank 0 serves HTTP and computes stage 0, rank 1 stage 1) answers the same questions
+two at once (one streamed) and every answer must equal one SmolLM2 process's exactly: a stage
+boundary moves floats unchanged and the forward pass is batch invariant, so there is no
+near-tie allowance here. A request with a grammar (response_format json_object) is refused with
+400 under --pp; SIGTERM to rank 0 ends both ranks. Refusals: --pp 2 on Gemma 3 (18 layers, a
+global layer every 6th: no equal stages of one pattern), --pp with --tp, with --role and with
+--kv-cache-dtype int8.
 Exit codes: 0 pass, 1 fail, 77 skipped (no model, server or mpirun; under CI=true: 1).
 """
 import argparse
@@ -106,10 +115,10 @@ def compare(reference, got, what):
 
 
 class TensorParallelServer(Server):
-    """mpirun -n RANKS serve --tp RANKS ...; rank 0's pid from its start-up line."""
+    """mpirun -n RANKS serve --tp RANKS ... (or --pp); rank 0's pid from its start-up line."""
 
-    def __init__(self, mpirun, ranks, binary, model, *extra):
-        super().__init__(binary, model, "--tp", str(ranks), *extra)
+    def __init__(self, mpirun, ranks, binary, model, *extra, split="--tp"):
+        super().__init__(binary, model, split, str(ranks), *extra)
         self.command = [mpirun, "--oversubscribe", "--allow-run-as-root", "-n", str(ranks),
                         "-x", "OMP_NUM_THREADS=1", *self.command]
 
@@ -143,6 +152,61 @@ def refused(command, expected, what):
     output = done.stdout + done.stderr
     check(done.returncode != 0 and expected in output,
           f"{what}: exit {done.returncode}, expected a message with {expected!r}:\n{output[-1500:]}")
+
+
+def ask_concurrently(port, what):
+    """Every question at once (question 0 streamed); the answers' texts."""
+    results = [None] * len(QUESTIONS)
+    errors = []
+
+    def ask(i):
+        try:
+            results[i] = answer(port, chat_body(QUESTIONS[i], stream=i == 0, logprobs=False))[0]
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(QUESTIONS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    check(not errors, f"{what} requests failed: {errors}")
+    check(all(r is not None for r in results), f"a {what} request did not finish in 300 s")
+    return results
+
+
+def pipeline_parallel(args, mpirun, common):
+    """serve --pp 2 on SmolLM2 against one SmolLM2 process: the same greedy answers, exactly."""
+    with Server(args.server, args.smollm2, *common) as one:
+        references = [answer(one.port, chat_body(q, stream=False, logprobs=False))[0]
+                      for q in QUESTIONS]
+    print(f"one process (SmolLM2): {references}")
+    check(all(r.strip() for r in references), f"empty reference answers: {references}")
+    with TensorParallelServer(mpirun, 2, args.server, args.smollm2, *common, "--micro-batches",
+                              "2", "--speculative-tokens", "3", split="--pp") as two:
+        check(any("pipeline parallel over 2 stages (2 micro-batches)" in line
+                  for line in two.output), "rank 0 did not say it runs 2 pipeline stages")
+        results = ask_concurrently(two.port, "PP 2")
+        for i, got in enumerate(results):
+            check(got == references[i],
+                  f"PP 2 question {i}: answered {got!r}, one process {references[i]!r}")
+        print(f"PP 2 answers equal one process's: {results}")
+        body = chat_body(QUESTIONS[0], stream=False, logprobs=False)
+        body["response_format"] = {"type": "json_object"}
+        status, _, raw = http_request(two.port, "POST", "/v1/chat/completions", body, timeout=60)
+        check(status == 400 and b"grammar" in raw,
+              f"a grammar request under --pp must be refused with 400: {status} {raw[:300]}")
+        two.stop_through_rank0()
+    run_two = [mpirun, "--oversubscribe", "--allow-run-as-root", "-n", "2", args.server,
+               "--port", "0"]
+    refused(run_two + ["--model", args.model, "--pp", "2"], "split into equal stages",
+            "--pp 2 on Gemma 3")
+    refused(run_two + ["--model", args.smollm2, "--pp", "2", "--tp", "2"],
+            "--tp and --pp cannot be combined", "--pp with --tp")
+    refused(run_two + ["--model", args.smollm2, "--pp", "2", "--role", "prefill"],
+            "--pp and --role cannot be combined", "--pp with --role")
+    refused(run_two + ["--model", args.smollm2, "--pp", "2", "--kv-cache-dtype", "int8"],
+            "not supported under --pp", "--pp with --kv-cache-dtype int8")
 
 
 def main():
@@ -205,7 +269,11 @@ def main():
         refused([mpirun, "--oversubscribe", "--allow-run-as-root", "-n", "2", args.server,
                  "--model", args.smollm2, "--port", "0", "--tp", "2"], "split evenly over 3",
                 "--tp 2 on SmolLM2")
-    print(f"PASS serve --tp 2 in {time.time() - started:.1f} s")
+    if args.smollm2 and os.path.exists(args.smollm2):
+        pipeline_parallel(args, mpirun, common)
+    else:
+        print("serve --pp 2: not run (no SmolLM2 model given with --smollm2)")
+    print(f"PASS serve --tp 2 and --pp 2 in {time.time() - started:.1f} s")
     return 0
 
 

@@ -371,8 +371,10 @@ class Engine {
                 "eviction has already compacted";
         if (Parallel::degree > 1)
             limits.grammar_refusal =
-                "under tensor parallelism the ranks' lockstep carries a request's tokens and "
-                "settings, not its grammar";
+                std::string(model::is_pipeline_parallel<Parallel> ? "under pipeline"
+                                                                  : "under tensor") +
+                " parallelism the ranks' lockstep carries a request's tokens and settings, not "
+                "its grammar";
         return limits;
     }
 
