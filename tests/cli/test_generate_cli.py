@@ -2,14 +2,22 @@
 """The generate CLI as a user runs it, on SmolLM2 with greedy decoding and few tokens:
 
 - --interactive reads user turns from piped stdin, answers each, keeps the conversation (the
-  second turn's prompt holds the first turn and its reply, and the KV cache's copy of the first
-  turn is reused, not prefilled again) and exits 0 at EOF;
+  second turn's prompt holds the first turn and its reply, and the engine's prefix cache serves
+  the first turn's KV, in whole blocks of 16 positions, instead of prefilling it again) and
+  exits 0 at EOF;
 - -f reads the prompt from a file (the same answer as --prompt with that text);
 - --chat-template FILE is the template used (a template that raises fails the run with its
   message; one with an unsupported construct is refused naming it; a built-in by name works);
 - -c bounds the context (a prompt past it is refused, naming the size);
 - the penalties reach the sampler (a strong presence penalty changes a repetitive greedy
-  answer; an invalid one is refused naming the field).
+  answer; an invalid one is refused naming the field);
+- --speculative-tokens 4 (prompt lookup) gives the greedy answer without it, with drafts
+  accepted; --kv-cache-dtype int8 runs and answers; an unknown dtype is refused naming the flag;
+- the timing report (TTFT, TPOT, prefill and decode tokens/s) is on stderr;
+- with --mpirun: `mpirun -n 2 generate --pp 2` (each rank's engine over 15 of SmolLM2's 30
+  layers, in lockstep) prints one process's greedy answer exactly (a stage boundary moves floats
+  unchanged), and `mpirun -n 3 generate --tp 3` runs and answers; --pp with --kv-cache-dtype
+  int8 is refused naming both.
 Exit 77 (skipped) when the program or the model is missing.
 """
 import argparse
@@ -20,12 +28,14 @@ import sys
 import tempfile
 
 TIMEOUT = 120  # a run that does not end at EOF fails here instead of hanging
+KV_BLOCK = 16  # positions per KV block of generate's engine (PagedKv<16, ...>)
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--generate", required=True)
     parser.add_argument("--model", required=True)
+    parser.add_argument("--mpirun", default="", help="mpirun, for the --tp / --pp cases")
     args = parser.parse_args()
     if not args.generate or not os.path.exists(args.generate):
         print("SKIP: the generate program was not built")
@@ -58,10 +68,14 @@ def main():
     check(len(prompts) == 2 and prompts[1] > prompts[0] + 6,
           f"the second turn's prompt holds the first turn and its reply ({prompts})")
     reused = [int(n) for n in re.findall(r"\((\d+) reused from the KV cache\)", err)]
-    # More than the whole first prompt is reused: the first reply's tokens are in the second
-    # turn's prompt, and the cache's copy of them is kept.
-    check(len(reused) == 2 and reused[0] == 0 and reused[1] > prompts[0],
+    # The prefix cache keeps whole KV blocks of the first turn (its prompt and reply, all but
+    # the last token): the second turn reuses at least the first prompt's whole blocks.
+    check(len(reused) == 2 and reused[0] == 0 and reused[1] > 0
+          and reused[1] >= prompts[0] // KV_BLOCK * KV_BLOCK,
           f"the second turn prefills only what the cache lacks (reused {reused} of {prompts})")
+    if len(reused) == 2 and len(prompts) == 2:
+        print(f"     turn 1 prefilled {prompts[0] - reused[0]} of {prompts[0]} prompt tokens, "
+              f"turn 2 {prompts[1] - reused[1]} of {prompts[1]}")
 
     # -f: the prompt from a file answers as --prompt does.
     with tempfile.TemporaryDirectory() as folder:
@@ -111,6 +125,54 @@ def main():
     code, _, err = run("--prompt", "x", "--repeat-penalty", "0")
     check(code == 1 and "repetition_penalty" in err,
           f"an invalid penalty is refused naming it ({err[-200:]!r})")
+
+    # The timing report, from the engine's metrics.
+    check(all(re.search(pattern, err_f) for pattern in
+              (r"TTFT [\d.]+ ms, TPOT [\d.]+ ms", r"prefill [\d.]+ tokens/s, decode [\d.]+ tokens/s")),
+          f"the timing report is on stderr ({err_f[-300:]!r})")
+
+    # Prompt-lookup speculation leaves greedy output as it is, and lands drafts on a prompt
+    # whose answer repeats it.
+    counting = "Count: one two three four five six seven one two three four five six seven one"
+    code_plain, out_plain, _ = run("--prompt", counting, "--max-tokens", "16")
+    code_spec, out_spec, err_spec = run("--prompt", counting, "--max-tokens", "16",
+                                        "--speculative-tokens", "4")
+    accepted = re.findall(r"speculative decoding: (\d+) of (\d+) draft tokens accepted", err_spec)
+    check(code_plain == 0 and code_spec == 0 and out_plain.strip() and out_spec == out_plain,
+          f"--speculative-tokens 4 gives the greedy answer ({out_spec!r} vs {out_plain!r})")
+    check(accepted and int(accepted[0][0]) > 0,
+          f"--speculative-tokens 4 accepts drafts ({accepted}: {err_spec[-300:]!r})")
+
+    # --kv-cache-dtype: a compiled-in pair runs and answers; an unknown one is refused by name.
+    code, out, err = run("--prompt", "The capital of France is", "--max-tokens", "6",
+                         "--kv-cache-dtype", "int8")
+    check(code == 0 and out.strip() and "KV int8" in err,
+          f"--kv-cache-dtype int8 answers ({code}: {out!r} {err[-200:]!r})")
+    code, _, err = run("--prompt", "x", "--kv-cache-dtype", "int3")
+    check(code != 0 and "--kv-cache-dtype" in err,
+          f"an unknown KV dtype is refused naming the flag ({code}: {err[-200:]!r})")
+
+    if args.mpirun:
+        mpirun = [args.mpirun, "--oversubscribe", "--allow-run-as-root", "-x", "OMP_NUM_THREADS=1"]
+        question = ["--prompt", "The capital of France is", "--max-tokens", "8"]
+        code_one, out_one, _ = run(*question)
+
+        def ranks(n, *flags):
+            command = [*mpirun, "-n", str(n), args.generate, "--model", args.model,
+                       "--threads", "1", "--temperature", "0", *flags]
+            done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
+            return done.returncode, done.stdout, done.stderr
+
+        code, out, err = ranks(2, *question, "--pp", "2", "--micro-batches", "2")
+        check(code_one == 0 and code == 0 and out_one.strip() and out == out_one
+              and "pipeline parallel 2" in err,
+              f"--pp 2 prints one process's answer ({out!r} vs {out_one!r}: {err[-300:]!r})")
+        code, out, err = ranks(3, *question, "--tp", "3")
+        check(code == 0 and out.strip() and "tensor parallel 3" in err,
+              f"--tp 3 answers ({code}: {out!r} {err[-300:]!r})")
+        code, _, err = ranks(2, *question, "--pp", "2", "--kv-cache-dtype", "int8")
+        check(code != 0 and "--kv-cache-dtype int8 is not supported under --pp" in err,
+              f"--pp with --kv-cache-dtype int8 is refused ({code}: {err[-300:]!r})")
 
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0
