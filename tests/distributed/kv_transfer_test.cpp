@@ -164,7 +164,7 @@ template <class Take>
 int truncations_refused(std::vector<std::byte> const& frame, Take take) {
     int refused = 0;
     for (std::size_t n = 0; n < frame.size(); ++n) {
-        wire::Reader in{std::span<std::byte const>(frame).first(n)};
+        wire::FrameReader in{std::span<std::byte const>(frame).first(n)};
         try {
             take(in);
         } catch (KvTransferError const&) {
@@ -182,23 +182,23 @@ BOOST_AUTO_TEST_CASE(requests_and_events_round_trip_and_truncations_are_refused)
     auto rng = testing::seeded_rng(3002);
     for (int i = 0; i < 300; ++i) {
         GenerationRequest const request = random_request(rng);
-        wire::Writer out;
+        wire::FrameWriter out;
         wire::put_request(out, request);
-        wire::Reader in(out.bytes());
+        wire::FrameReader in(out.bytes());
         BOOST_TEST(same_request(wire::take_request(in), request));
         BOOST_TEST(in.done());
         std::vector<std::byte> const frame = out.bytes();
-        BOOST_TEST(truncations_refused(frame, [](wire::Reader& r) { wire::take_request(r); }) ==
+        BOOST_TEST(truncations_refused(frame, [](wire::FrameReader& r) { wire::take_request(r); }) ==
                    static_cast<int>(frame.size()));
 
         TokenEvent const event = random_event(rng);
-        wire::Writer back;
+        wire::FrameWriter back;
         wire::put_event(back, event);
-        wire::Reader event_in(back.bytes());
+        wire::FrameReader event_in(back.bytes());
         BOOST_TEST(same_event(wire::take_event(event_in), event));
         BOOST_TEST(event_in.done());
         std::vector<std::byte> const event_frame = back.bytes();
-        BOOST_TEST(truncations_refused(event_frame, [](wire::Reader& r) { wire::take_event(r); }) ==
+        BOOST_TEST(truncations_refused(event_frame, [](wire::FrameReader& r) { wire::take_event(r); }) ==
                    static_cast<int>(event_frame.size()));
     }
 }
@@ -206,10 +206,10 @@ BOOST_AUTO_TEST_CASE(requests_and_events_round_trip_and_truncations_are_refused)
 // A count that claims more elements than the frame holds is refused before anything is
 // allocated (a corrupt peer must not make the decode rank allocate terabytes).
 BOOST_AUTO_TEST_CASE(a_count_beyond_the_frame_is_refused) {
-    wire::Writer out;
+    wire::FrameWriter out;
     out.put(std::uint64_t{1} << 60);  // prompt tokens
     out.put(std::int32_t{5});
-    wire::Reader in(out.bytes());
+    wire::FrameReader in(out.bytes());
     BOOST_CHECK_EXCEPTION(wire::take_request(in), KvTransferError, [](KvTransferError const& e) {
         return std::string(e.what()).find("exceeds the frame") != std::string::npos;
     });

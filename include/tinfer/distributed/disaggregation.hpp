@@ -170,7 +170,7 @@ namespace wire {
 
 enum class FrameKind : std::uint8_t { handoff = 1, abort = 2, shutdown = 3, event = 4 };
 
-inline void put_event(Writer& out, TokenEvent const& e) {
+inline void put_event(FrameWriter& out, TokenEvent const& e) {
     out.put(static_cast<std::uint64_t>(e.id));
     out.put(e.token);
     out.put(std::string_view(e.text));
@@ -190,7 +190,7 @@ inline void put_event(Writer& out, TokenEvent const& e) {
     out.put(static_cast<std::int64_t>(e.speculation.tokens_generated));
 }
 
-inline TokenEvent take_event(Reader& in) {
+inline TokenEvent take_event(FrameReader& in) {
     TokenEvent e;
     e.id = sched::RequestId{in.take<std::uint64_t>()};
     e.token = in.take<std::int32_t>();
@@ -222,7 +222,7 @@ inline constexpr std::uint64_t max_frame_bytes = std::uint64_t{64} << 20;
 
 template <Communicator C>
 void send_frame(C& comm, std::span<std::byte const> frame, int to, int tag) {
-    Writer length;
+    FrameWriter length;
     length.put(static_cast<std::uint64_t>(frame.size()));
     comm.send(length.bytes(), to, tag);
     comm.send(frame, to, tag);
@@ -232,7 +232,7 @@ template <Communicator C>
 std::vector<std::byte> recv_frame(C& comm, int from, int tag) {
     std::array<std::byte, 8> length_bytes;
     comm.recv(length_bytes, from, tag);
-    Reader length(length_bytes);
+    FrameReader length(length_bytes);
     auto const size = length.take<std::uint64_t>();
     if (size > max_frame_bytes)
         throw KvTransferError("disaggregation frame of " + std::to_string(size) +
@@ -263,7 +263,7 @@ template <Communicator C>
 void send_handoff(C& comm, std::uint64_t id, GenerationRequest const& request,
                   KvTransferHeader const& header, std::span<std::byte const> blocks, int to,
                   int tag) {
-    wire::Writer frame;
+    wire::FrameWriter frame;
     frame.put(static_cast<std::uint8_t>(wire::FrameKind::handoff));
     frame.put(id);
     wire::put_request(frame, request);
@@ -361,7 +361,7 @@ class PrefillRole {
             if (shut_down_) return;
             shut_down_ = true;
         }
-        wire::Writer frame;
+        wire::FrameWriter frame;
         frame.put(static_cast<std::uint8_t>(wire::FrameKind::shutdown));
         wire::send_frame(*comm_, frame.bytes(), options_.peer, options_.tag);
         if (receiver_.joinable()) receiver_.join();  // it ends at the acknowledgement
@@ -404,7 +404,7 @@ class PrefillRole {
             std::lock_guard lock(mutex_);
             if (!in_flight_.contains(id) || shut_down_) return;
         }
-        wire::Writer frame;
+        wire::FrameWriter frame;
         frame.put(static_cast<std::uint8_t>(wire::FrameKind::abort));
         frame.put(static_cast<std::uint64_t>(id));
         wire::send_frame(*comm_, frame.bytes(), options_.peer, options_.tag);
@@ -422,7 +422,7 @@ class PrefillRole {
                     continue;
                 }
                 auto const bytes = wire::recv_frame(*comm_, options_.peer, options_.tag + 1);
-                wire::Reader in(bytes);
+                wire::FrameReader in(bytes);
                 auto const kind = in.take<std::uint8_t>();
                 if (kind == static_cast<std::uint8_t>(wire::FrameKind::shutdown)) return;
                 if (kind != static_cast<std::uint8_t>(wire::FrameKind::event))
@@ -505,7 +505,7 @@ class DecodeRole {
             if (!comm_->has_message(options_.peer, options_.tag))
                 engine_->wait_for_arrivals(local_of_.empty() ? 1ms : 0ms);
         }
-        wire::Writer ack;
+        wire::FrameWriter ack;
         ack.put(static_cast<std::uint8_t>(wire::FrameKind::shutdown));
         wire::send_frame(*comm_, ack.bytes(), options_.peer, options_.tag + 1);
     }
@@ -516,7 +516,7 @@ class DecodeRole {
     // error, and the message is kept in refusals().
     bool receive() {
         auto const bytes = wire::recv_frame(*comm_, options_.peer, options_.tag);
-        wire::Reader in(bytes);
+        wire::FrameReader in(bytes);
         auto const kind = in.take<std::uint8_t>();
         if (kind == static_cast<std::uint8_t>(wire::FrameKind::shutdown)) return false;
         if (kind == static_cast<std::uint8_t>(wire::FrameKind::abort)) {
@@ -559,7 +559,7 @@ class DecodeRole {
   private:
     void send_back(std::uint64_t remote_id, TokenEvent event) {
         event.id = sched::RequestId{remote_id};
-        wire::Writer frame;
+        wire::FrameWriter frame;
         frame.put(static_cast<std::uint8_t>(wire::FrameKind::event));
         wire::put_event(frame, event);
         wire::send_frame(*comm_, frame.bytes(), options_.peer, options_.tag + 1);

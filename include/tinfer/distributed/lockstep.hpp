@@ -53,7 +53,7 @@ namespace tinfer::distributed {
 // id and request (request_wire.hpp, the same field list as the disaggregation hand-off), then
 // the aborted ids.
 inline std::vector<std::byte> encode_inbox(RequestIntake::Inbox const& inbox) {
-    wire::Writer w;
+    wire::FrameWriter w;
     w.put(static_cast<std::uint64_t>(inbox.first.size()));
     for (RequestIntake::Arrival const& a : inbox.first) {
         if (a.transferred)
@@ -72,7 +72,7 @@ inline std::vector<std::byte> encode_inbox(RequestIntake::Inbox const& inbox) {
 inline RequestIntake::Inbox decode_inbox(std::span<std::byte const> bytes,
                                          TokenCallback const& callback,
                                          sched::Clock::time_point arrived) {
-    wire::BasicReader<CommunicationError> in(bytes, "lockstep: a message from rank 0");
+    wire::BasicFrameReader<CommunicationError> in(bytes, "lockstep: a message from rank 0");
     RequestIntake::Inbox inbox;
     auto const arrivals = in.count(8);
     for (std::size_t i = 0; i < arrivals; ++i) {

@@ -20,7 +20,7 @@
 
 namespace tinfer::distributed::wire {
 
-class Writer {
+class FrameWriter {
   public:
     template <std::integral Integer>
     void put(Integer value) {
@@ -46,12 +46,12 @@ class Writer {
     std::vector<std::byte> bytes_;
 };
 
-// Reads what Writer wrote; a message that ends early or claims more than it holds is a
+// Reads what FrameWriter wrote; a message that ends early or claims more than it holds is a
 // `Failure` (its text begins with `what`), never a read past its end.
 template <class Failure>
-class BasicReader {
+class BasicFrameReader {
   public:
-    explicit BasicReader(std::span<std::byte const> bytes,
+    explicit BasicFrameReader(std::span<std::byte const> bytes,
                          std::string_view what = "disaggregation frame")
         : bytes_(bytes), what_(what) {}
 
@@ -104,14 +104,14 @@ class BasicReader {
 };
 
 // The hand-off protocol's reader (disaggregation.hpp).
-using Reader = BasicReader<KvTransferError>;
+using FrameReader = BasicFrameReader<KvTransferError>;
 
 // A request as another process needs it: the prompt as tokens (`prompt`: the request's own,
 // or what the intake tokenized it to), the stop rule, the number of choices and the seed
 // stream, the sampling settings and the scheduling fields. Not the text forms of the prompt,
 // and not a grammar: neither the hand-off nor the lockstep carries structured output
 // (RequestLimits refuses it there).
-inline void put_request(Writer& out, GenerationRequest const& r,
+inline void put_request(FrameWriter& out, GenerationRequest const& r,
                         std::span<std::int32_t const> prompt) {
     out.put(static_cast<std::uint64_t>(prompt.size()));
     for (std::int32_t const token : prompt) out.put(token);
@@ -143,12 +143,12 @@ inline void put_request(Writer& out, GenerationRequest const& r,
     out.put(r.tenant);
     out.put(r.draft_tokens);
 }
-inline void put_request(Writer& out, GenerationRequest const& r) {
+inline void put_request(FrameWriter& out, GenerationRequest const& r) {
     put_request(out, r, r.prompt_tokens);
 }
 
 template <class Failure>
-GenerationRequest take_request(BasicReader<Failure>& in) {
+GenerationRequest take_request(BasicFrameReader<Failure>& in) {
     GenerationRequest r;
     r.prompt_tokens = in.template take_all<std::int32_t>();
     r.max_tokens = in.template take<int>();

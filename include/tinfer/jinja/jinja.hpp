@@ -40,11 +40,11 @@
 
 namespace tinfer::jinja {
 
-struct Value;
-using List = std::vector<Value>;
-using Dict = std::vector<std::pair<std::string, Value>>;  // insertion order, as Python's dict
+struct TemplateValue;
+using List = std::vector<TemplateValue>;
+using Dict = std::vector<std::pair<std::string, TemplateValue>>;  // insertion order, as Python's dict
 
-struct Value {
+struct TemplateValue {
     enum class Kind : std::uint8_t {
         undefined,
         none,
@@ -65,47 +65,47 @@ struct Value {
     std::shared_ptr<List> list;
     std::shared_ptr<Dict> dict;  // a dict's or a namespace's entries
 
-    static Value undefined(std::string name = {}) {
-        Value v;
+    static TemplateValue undefined(std::string name = {}) {
+        TemplateValue v;
         v.string = std::move(name);
         return v;
     }
-    static Value none() { return with_kind(Kind::none); }
-    static Value from(bool b) {
-        Value v = with_kind(Kind::boolean);
+    static TemplateValue none() { return with_kind(Kind::none); }
+    static TemplateValue from(bool b) {
+        TemplateValue v = with_kind(Kind::boolean);
         v.boolean = b;
         return v;
     }
-    static Value from(std::int64_t i) {
-        Value v = with_kind(Kind::integer);
+    static TemplateValue from(std::int64_t i) {
+        TemplateValue v = with_kind(Kind::integer);
         v.integer = i;
         return v;
     }
-    static Value from(int i) { return from(static_cast<std::int64_t>(i)); }
-    static Value from(double d) {
-        Value v = with_kind(Kind::real);
+    static TemplateValue from(int i) { return from(static_cast<std::int64_t>(i)); }
+    static TemplateValue from(double d) {
+        TemplateValue v = with_kind(Kind::real);
         v.real = d;
         return v;
     }
-    static Value from(std::string s) {
-        Value v = with_kind(Kind::string);
+    static TemplateValue from(std::string s) {
+        TemplateValue v = with_kind(Kind::string);
         v.string = std::move(s);
         return v;
     }
-    static Value from(std::string_view s) { return from(std::string(s)); }
-    static Value from(char const* s) { return from(std::string(s)); }
-    static Value from(List l) {
-        Value v = with_kind(Kind::list);
+    static TemplateValue from(std::string_view s) { return from(std::string(s)); }
+    static TemplateValue from(char const* s) { return from(std::string(s)); }
+    static TemplateValue from(List l) {
+        TemplateValue v = with_kind(Kind::list);
         v.list = std::make_shared<List>(std::move(l));
         return v;
     }
-    static Value from(Dict d) {
-        Value v = with_kind(Kind::dict);
+    static TemplateValue from(Dict d) {
+        TemplateValue v = with_kind(Kind::dict);
         v.dict = std::make_shared<Dict>(std::move(d));
         return v;
     }
-    static Value make_namespace(Dict d) {
-        Value v = from(std::move(d));
+    static TemplateValue make_namespace(Dict d) {
+        TemplateValue v = from(std::move(d));
         v.kind = Kind::ns;
         return v;
     }
@@ -115,7 +115,7 @@ struct Value {
         return kind == Kind::integer || kind == Kind::real || kind == Kind::boolean;
     }
 
-    Value const* find(std::string_view key) const {
+    TemplateValue const* find(std::string_view key) const {
         if (!dict) return nullptr;
         for (auto const& [k, v] : *dict)
             if (k == key) return &v;
@@ -123,8 +123,8 @@ struct Value {
     }
 
   private:
-    static Value with_kind(Kind k) {
-        Value v;
+    static TemplateValue with_kind(Kind k) {
+        TemplateValue v;
         v.kind = k;
         return v;
     }
@@ -268,137 +268,137 @@ inline std::string string_repr(std::string_view s) {
     throw RequestError("chat template: " + message);
 }
 
-inline char const* kind_name(Value const& v) {
+inline char const* kind_name(TemplateValue const& v) {
     switch (v.kind) {
-        case Value::Kind::undefined:
+        case TemplateValue::Kind::undefined:
             return "undefined";
-        case Value::Kind::none:
+        case TemplateValue::Kind::none:
             return "none";
-        case Value::Kind::boolean:
+        case TemplateValue::Kind::boolean:
             return "bool";
-        case Value::Kind::integer:
+        case TemplateValue::Kind::integer:
             return "int";
-        case Value::Kind::real:
+        case TemplateValue::Kind::real:
             return "float";
-        case Value::Kind::string:
+        case TemplateValue::Kind::string:
             return "str";
-        case Value::Kind::list:
+        case TemplateValue::Kind::list:
             return "list";
-        case Value::Kind::dict:
+        case TemplateValue::Kind::dict:
             return "dict";
-        case Value::Kind::ns:
+        case TemplateValue::Kind::ns:
             return "namespace";
-        case Value::Kind::function:
+        case TemplateValue::Kind::function:
             return "function";
     }
     return "?";
 }
 
-std::string repr(Value const& v);
+std::string repr(TemplateValue const& v);
 
 // Python's str() of a value, as {{ }} and ~ print it; an undefined value prints as nothing.
-inline std::string to_text(Value const& v) {
+inline std::string to_text(TemplateValue const& v) {
     switch (v.kind) {
-        case Value::Kind::undefined:
+        case TemplateValue::Kind::undefined:
             return {};
-        case Value::Kind::none:
+        case TemplateValue::Kind::none:
             return "None";
-        case Value::Kind::boolean:
+        case TemplateValue::Kind::boolean:
             return v.boolean ? "True" : "False";
-        case Value::Kind::integer:
+        case TemplateValue::Kind::integer:
             return std::to_string(v.integer);
-        case Value::Kind::real:
+        case TemplateValue::Kind::real:
             return float_repr(v.real);
-        case Value::Kind::string:
+        case TemplateValue::Kind::string:
             return v.string;
         default:
             return repr(v);
     }
 }
 
-inline std::string repr(Value const& v) {
+inline std::string repr(TemplateValue const& v) {
     switch (v.kind) {
-        case Value::Kind::string:
+        case TemplateValue::Kind::string:
             return string_repr(v.string);
-        case Value::Kind::list: {
+        case TemplateValue::Kind::list: {
             std::string out = "[";
             for (std::size_t i = 0; i < v.list->size(); ++i)
                 out += (i ? ", " : "") + repr((*v.list)[i]);
             return out + "]";
         }
-        case Value::Kind::dict: {
+        case TemplateValue::Kind::dict: {
             std::string out = "{";
             for (std::size_t i = 0; i < v.dict->size(); ++i)
                 out += (i ? ", " : "") + string_repr((*v.dict)[i].first) + ": " +
                        repr((*v.dict)[i].second);
             return out + "}";
         }
-        case Value::Kind::ns:
+        case TemplateValue::Kind::ns:
             return "<Namespace>";
-        case Value::Kind::function:
+        case TemplateValue::Kind::function:
             return "<function " + v.string + ">";
         default:
             return to_text(v);
     }
 }
 
-inline bool truthy(Value const& v) {
+inline bool truthy(TemplateValue const& v) {
     switch (v.kind) {
-        case Value::Kind::undefined:
-        case Value::Kind::none:
+        case TemplateValue::Kind::undefined:
+        case TemplateValue::Kind::none:
             return false;
-        case Value::Kind::boolean:
+        case TemplateValue::Kind::boolean:
             return v.boolean;
-        case Value::Kind::integer:
+        case TemplateValue::Kind::integer:
             return v.integer != 0;
-        case Value::Kind::real:
+        case TemplateValue::Kind::real:
             return v.real != 0;
-        case Value::Kind::string:
+        case TemplateValue::Kind::string:
             return !v.string.empty();
-        case Value::Kind::list:
+        case TemplateValue::Kind::list:
             return !v.list->empty();
-        case Value::Kind::dict:
+        case TemplateValue::Kind::dict:
             return !v.dict->empty();
-        case Value::Kind::ns:
-        case Value::Kind::function:
+        case TemplateValue::Kind::ns:
+        case TemplateValue::Kind::function:
             return true;
     }
     return false;
 }
 
-inline double as_double(Value const& v) {
-    return v.kind == Value::Kind::real      ? v.real
-           : v.kind == Value::Kind::boolean ? v.boolean
+inline double as_double(TemplateValue const& v) {
+    return v.kind == TemplateValue::Kind::real      ? v.real
+           : v.kind == TemplateValue::Kind::boolean ? v.boolean
                                             : static_cast<double>(v.integer);
 }
-inline std::int64_t as_integer(Value const& v) {
-    return v.kind == Value::Kind::boolean ? v.boolean : v.integer;
+inline std::int64_t as_integer(TemplateValue const& v) {
+    return v.kind == TemplateValue::Kind::boolean ? v.boolean : v.integer;
 }
 
-inline bool equal(Value const& a, Value const& b) {
+inline bool equal(TemplateValue const& a, TemplateValue const& b) {
     if (a.is_number() && b.is_number()) {
-        if (a.kind == Value::Kind::real || b.kind == Value::Kind::real)
+        if (a.kind == TemplateValue::Kind::real || b.kind == TemplateValue::Kind::real)
             return as_double(a) == as_double(b);
         return as_integer(a) == as_integer(b);
     }
     if (a.kind != b.kind) return false;
     switch (a.kind) {
-        case Value::Kind::undefined:
-        case Value::Kind::none:
+        case TemplateValue::Kind::undefined:
+        case TemplateValue::Kind::none:
             return true;
-        case Value::Kind::string:
+        case TemplateValue::Kind::string:
             return a.string == b.string;
-        case Value::Kind::list:
+        case TemplateValue::Kind::list:
             return a.list->size() == b.list->size() &&
                    std::equal(a.list->begin(), a.list->end(), b.list->begin(), equal);
-        case Value::Kind::dict:
+        case TemplateValue::Kind::dict:
             if (a.dict->size() != b.dict->size()) return false;
             for (auto const& [k, v] : *a.dict) {
-                Value const* other = b.find(k);
+                TemplateValue const* other = b.find(k);
                 if (!other || !equal(v, *other)) return false;
             }
             return true;
-        case Value::Kind::function:
+        case TemplateValue::Kind::function:
             return a.string == b.string;
         default:
             return a.dict == b.dict;  // namespaces: identity
@@ -406,7 +406,7 @@ inline bool equal(Value const& a, Value const& b) {
 }
 
 // Python's json.dumps(value, ensure_ascii=False, indent=indent), transformers' tojson.
-inline void append_json(std::string& out, Value const& v, std::optional<int> indent, int depth) {
+inline void append_json(std::string& out, TemplateValue const& v, std::optional<int> indent, int depth) {
     auto const newline = [&](int level) {
         out += '\n';
         out.append(static_cast<std::size_t>(*indent) * level, ' ');
@@ -450,26 +450,26 @@ inline void append_json(std::string& out, Value const& v, std::optional<int> ind
     };
     if (depth > 64) fail("tojson: nesting deeper than 64");
     switch (v.kind) {
-        case Value::Kind::none:
+        case TemplateValue::Kind::none:
             out += "null";
             return;
-        case Value::Kind::boolean:
+        case TemplateValue::Kind::boolean:
             out += v.boolean ? "true" : "false";
             return;
-        case Value::Kind::integer:
+        case TemplateValue::Kind::integer:
             out += std::to_string(v.integer);
             return;
-        case Value::Kind::real:
+        case TemplateValue::Kind::real:
             out += std::isnan(v.real)   ? "NaN"
                    : std::isinf(v.real) ? (v.real > 0 ? "Infinity" : "-Infinity")
                                         : float_repr(v.real);
             return;
-        case Value::Kind::string:
+        case TemplateValue::Kind::string:
             json_string(v.string);
             return;
-        case Value::Kind::list:
-        case Value::Kind::dict: {
-            bool const is_list = v.kind == Value::Kind::list;
+        case TemplateValue::Kind::list:
+        case TemplateValue::Kind::dict: {
+            bool const is_list = v.kind == TemplateValue::Kind::list;
             std::size_t const n = is_list ? v.list->size() : v.dict->size();
             out += is_list ? '[' : '{';
             if (n == 0) {
@@ -817,7 +817,7 @@ struct Expr {
         contains
     } kind;
     int line = 0;
-    Value literal;
+    TemplateValue literal;
     std::string name;           // variable, attribute, function, method, filter, test or operator
     bool negated = false;       // `is not`, `not in`
     std::vector<ExprPtr> args;  // operands, arguments, elements (dict: key, value, key, value...)
@@ -1174,12 +1174,12 @@ class Parser {
                 ++at_;
             }
             auto e = node(Expr::Kind::literal);
-            e->literal = Value::from(std::move(text));
+            e->literal = TemplateValue::from(std::move(text));
             return e;
         }
         if (t.type == Tok::integer || t.type == Tok::real) {
             auto e = node(Expr::Kind::literal);
-            e->literal = t.type == Tok::integer ? Value::from(t.integer) : Value::from(t.real);
+            e->literal = t.type == Tok::integer ? TemplateValue::from(t.integer) : TemplateValue::from(t.real);
             ++at_;
             return e;
         }
@@ -1187,11 +1187,11 @@ class Parser {
             std::string const name = t.text;
             auto e = node(Expr::Kind::literal);
             if (name == "true" || name == "True")
-                e->literal = Value::from(true);
+                e->literal = TemplateValue::from(true);
             else if (name == "false" || name == "False")
-                e->literal = Value::from(false);
+                e->literal = TemplateValue::from(false);
             else if (name == "none" || name == "None")
-                e->literal = Value::none();
+                e->literal = TemplateValue::none();
             else {
                 static constexpr std::string_view keywords[] = {"and", "or", "not", "in",
                                                                 "is",  "if", "else"};
@@ -1424,7 +1424,7 @@ class Renderer {
                 case Node::Kind::set_block: {
                     std::string captured;
                     run(node.bodies[0], captured);
-                    assign(node, Value::from(std::move(captured)));
+                    assign(node, TemplateValue::from(std::move(captured)));
                     break;
                 }
                 case Node::Kind::break_:
@@ -1439,7 +1439,7 @@ class Renderer {
     std::string out_;
 
   private:
-    using Scope = std::vector<std::pair<std::string, Value>>;
+    using Scope = std::vector<std::pair<std::string, TemplateValue>>;
 
     [[noreturn]] void error(int line, std::string const& message) const {
         fail("line " + std::to_string(line) + ": " + message);
@@ -1458,19 +1458,19 @@ class Renderer {
         check_size(out.size(), 0);
     }
 
-    Value lookup(std::string const& name) const {
+    TemplateValue lookup(std::string const& name) const {
         for (auto scope = scopes_.rbegin(); scope != scopes_.rend(); ++scope)
             for (auto const& [k, v] : *scope)
                 if (k == name) return v;
         // The global functions are values too (Llama 3.2 asks `strftime_now is defined`).
         if (listed(supported_functions, name)) {
-            Value f = Value::undefined(name);
-            f.kind = Value::Kind::function;
+            TemplateValue f = TemplateValue::undefined(name);
+            f.kind = TemplateValue::Kind::function;
             return f;
         }
-        return Value::undefined(name);
+        return TemplateValue::undefined(name);
     }
-    void define(std::string const& name, Value value) {
+    void define(std::string const& name, TemplateValue value) {
         for (auto& [k, v] : scopes_.back())
             if (k == name) {
                 v = std::move(value);
@@ -1478,13 +1478,13 @@ class Renderer {
             }
         scopes_.back().emplace_back(name, std::move(value));
     }
-    void assign(Node const& node, Value value) {
+    void assign(Node const& node, TemplateValue value) {
         if (node.attribute.empty()) {
             define(node.text, std::move(value));
             return;
         }
-        Value target = lookup(node.text);
-        if (!target.is(Value::Kind::ns))
+        TemplateValue target = lookup(node.text);
+        if (!target.is(TemplateValue::Kind::ns))
             error(node.line, "cannot set an attribute of '" + node.text +
                                  "': only a namespace() takes attributes");
         for (auto& [k, v] : *target.dict)
@@ -1495,23 +1495,23 @@ class Renderer {
         target.dict->emplace_back(node.attribute, std::move(value));
     }
 
-    List iterate(Value const& v, int line) const {
+    List iterate(TemplateValue const& v, int line) const {
         switch (v.kind) {
-            case Value::Kind::undefined:
+            case TemplateValue::Kind::undefined:
                 return {};
-            case Value::Kind::list:
+            case TemplateValue::Kind::list:
                 return *v.list;
-            case Value::Kind::dict: {
+            case TemplateValue::Kind::dict: {
                 List keys;
-                for (auto const& [k, _] : *v.dict) keys.push_back(Value::from(k));
+                for (auto const& [k, _] : *v.dict) keys.push_back(TemplateValue::from(k));
                 return keys;
             }
-            case Value::Kind::string: {
+            case TemplateValue::Kind::string: {
                 List chars;
                 auto const starts = code_point_starts(v.string);
                 for (std::size_t k = 0; k < starts.size(); ++k) {
                     std::size_t const end = k + 1 < starts.size() ? starts[k + 1] : v.string.size();
-                    chars.push_back(Value::from(v.string.substr(starts[k], end - starts[k])));
+                    chars.push_back(TemplateValue::from(v.string.substr(starts[k], end - starts[k])));
                 }
                 return chars;
             }
@@ -1520,12 +1520,12 @@ class Renderer {
         }
     }
 
-    void bind_targets(Node const& node, Value const& item) {
+    void bind_targets(Node const& node, TemplateValue const& item) {
         if (node.targets.size() == 1) {
             define(node.targets[0], item);
             return;
         }
-        if (!item.is(Value::Kind::list) || item.list->size() != node.targets.size())
+        if (!item.is(TemplateValue::Kind::list) || item.list->size() != node.targets.size())
             error(node.line, "cannot unpack a loop item into " +
                                  std::to_string(node.targets.size()) + " variables");
         for (std::size_t i = 0; i < node.targets.size(); ++i)
@@ -1537,7 +1537,7 @@ class Renderer {
         if (node.has_filter) {  // the filter sees the loop variables, and loop.length counts what
                                 // it keeps
             List kept;
-            for (Value const& item : items) {
+            for (TemplateValue const& item : items) {
                 scopes_.emplace_back();
                 bind_targets(node, item);
                 bool const keep = truthy(eval(*node.exprs[1]));
@@ -1550,16 +1550,16 @@ class Renderer {
         for (std::int64_t i = 0; i < n; ++i) {
             step(node.line);
             scopes_.emplace_back();
-            Dict loop{{"index0", Value::from(i)},
-                      {"index", Value::from(i + 1)},
-                      {"revindex0", Value::from(n - i - 1)},
-                      {"revindex", Value::from(n - i)},
-                      {"first", Value::from(i == 0)},
-                      {"last", Value::from(i == n - 1)},
-                      {"length", Value::from(n)},
-                      {"previtem", i > 0 ? items[i - 1] : Value::undefined("previtem")},
-                      {"nextitem", i + 1 < n ? items[i + 1] : Value::undefined("nextitem")}};
-            define("loop", Value::from(std::move(loop)));
+            Dict loop{{"index0", TemplateValue::from(i)},
+                      {"index", TemplateValue::from(i + 1)},
+                      {"revindex0", TemplateValue::from(n - i - 1)},
+                      {"revindex", TemplateValue::from(n - i)},
+                      {"first", TemplateValue::from(i == 0)},
+                      {"last", TemplateValue::from(i == n - 1)},
+                      {"length", TemplateValue::from(n)},
+                      {"previtem", i > 0 ? items[i - 1] : TemplateValue::undefined("previtem")},
+                      {"nextitem", i + 1 < n ? items[i + 1] : TemplateValue::undefined("nextitem")}};
+            define("loop", TemplateValue::from(std::move(loop)));
             bind_targets(node, items[static_cast<std::size_t>(i)]);
             Flow const flow = run(node.bodies[0], out);
             scopes_.pop_back();
@@ -1573,7 +1573,7 @@ class Renderer {
     }
 
     // --- expressions
-    Value eval(Expr const& e) {
+    TemplateValue eval(Expr const& e) {
         step(e.line);
         switch (e.kind) {
             case Expr::Kind::literal:
@@ -1583,15 +1583,15 @@ class Renderer {
             case Expr::Kind::list: {
                 List items;
                 for (auto const& a : e.args) items.push_back(eval(*a));
-                return Value::from(std::move(items));
+                return TemplateValue::from(std::move(items));
             }
             case Expr::Kind::dict: {
                 Dict entries;
                 for (std::size_t i = 0; i + 1 < e.args.size(); i += 2) {
-                    Value key = eval(*e.args[i]);
-                    if (!key.is(Value::Kind::string))
+                    TemplateValue key = eval(*e.args[i]);
+                    if (!key.is(TemplateValue::Kind::string))
                         error(e.line, "dict keys must be strings here");
-                    Value value = eval(*e.args[i + 1]);
+                    TemplateValue value = eval(*e.args[i + 1]);
                     auto found = std::find_if(entries.begin(), entries.end(), [&](auto const& kv) {
                         return kv.first == key.string;
                     });
@@ -1600,7 +1600,7 @@ class Renderer {
                     else
                         entries.emplace_back(std::move(key.string), std::move(value));
                 }
-                return Value::from(std::move(entries));
+                return TemplateValue::from(std::move(entries));
             }
             case Expr::Kind::attr:
                 return get_attribute(eval(*e.args[0]), e.name, e.line);
@@ -1615,33 +1615,33 @@ class Renderer {
             case Expr::Kind::filter:
                 return filter(e);
             case Expr::Kind::test:
-                return Value::from(test(e) != e.negated);
+                return TemplateValue::from(test(e) != e.negated);
             case Expr::Kind::logical_not:
-                return Value::from(!truthy(eval(*e.args[0])));
+                return TemplateValue::from(!truthy(eval(*e.args[0])));
             case Expr::Kind::negate:
             case Expr::Kind::plus: {
-                Value v = eval(*e.args[0]);
+                TemplateValue v = eval(*e.args[0]);
                 if (!v.is_number())
                     error(e.line, std::string("unary ") +
                                       (e.kind == Expr::Kind::negate ? "-" : "+") + " on a " +
                                       kind_name(v));
                 if (e.kind == Expr::Kind::plus)
-                    return v.is(Value::Kind::boolean) ? Value::from(as_integer(v)) : v;
-                return v.is(Value::Kind::real) ? Value::from(-v.real) : Value::from(-as_integer(v));
+                    return v.is(TemplateValue::Kind::boolean) ? TemplateValue::from(as_integer(v)) : v;
+                return v.is(TemplateValue::Kind::real) ? TemplateValue::from(-v.real) : TemplateValue::from(-as_integer(v));
             }
             case Expr::Kind::logical_and: {
-                Value left = eval(*e.args[0]);
+                TemplateValue left = eval(*e.args[0]);
                 return truthy(left) ? eval(*e.args[1]) : left;
             }
             case Expr::Kind::logical_or: {
-                Value left = eval(*e.args[0]);
+                TemplateValue left = eval(*e.args[0]);
                 return truthy(left) ? left : eval(*e.args[1]);
             }
             case Expr::Kind::conditional:
                 if (truthy(eval(*e.args[0]))) return eval(*e.args[1]);
-                return e.args.size() > 2 ? eval(*e.args[2]) : Value::undefined();
+                return e.args.size() > 2 ? eval(*e.args[2]) : TemplateValue::undefined();
             case Expr::Kind::contains:
-                return Value::from(contains(eval(*e.args[1]), eval(*e.args[0]), e.line) !=
+                return TemplateValue::from(contains(eval(*e.args[1]), eval(*e.args[0]), e.line) !=
                                    e.negated);
             case Expr::Kind::binary:
                 return binary(e);
@@ -1649,63 +1649,63 @@ class Renderer {
         return {};
     }
 
-    Value get_attribute(Value const& object, std::string const& name, int line) const {
-        if (object.is(Value::Kind::undefined))
+    TemplateValue get_attribute(TemplateValue const& object, std::string const& name, int line) const {
+        if (object.is(TemplateValue::Kind::undefined))
             error(line, "'" + (object.string.empty() ? std::string("value") : object.string) +
                             "' is undefined (reading ." + name + ")");
-        if (object.is(Value::Kind::dict) || object.is(Value::Kind::ns)) {
-            if (Value const* v = object.find(name)) return *v;
+        if (object.is(TemplateValue::Kind::dict) || object.is(TemplateValue::Kind::ns)) {
+            if (TemplateValue const* v = object.find(name)) return *v;
         }
-        if (object.is(Value::Kind::list) && !name.empty() &&
+        if (object.is(TemplateValue::Kind::list) && !name.empty() &&
             std::isdigit(static_cast<unsigned char>(name[0]))) {
             std::int64_t index = 0;
             auto const [end, ec] = std::from_chars(name.data(), name.data() + name.size(), index);
             if (ec != std::errc{} || end != name.data() + name.size())
-                return Value::undefined(name);
-            return get_item(object, Value::from(index), line);
+                return TemplateValue::undefined(name);
+            return get_item(object, TemplateValue::from(index), line);
         }
-        return Value::undefined(name);
+        return TemplateValue::undefined(name);
     }
 
-    Value get_item(Value const& object, Value const& key, int line) const {
-        if (object.is(Value::Kind::undefined))
+    TemplateValue get_item(TemplateValue const& object, TemplateValue const& key, int line) const {
+        if (object.is(TemplateValue::Kind::undefined))
             error(line, "'" + (object.string.empty() ? std::string("value") : object.string) +
                             "' is undefined (reading [" + repr(key) + "])");
-        if (object.is(Value::Kind::dict) || object.is(Value::Kind::ns)) {
-            if (key.is(Value::Kind::string))
-                if (Value const* v = object.find(key.string)) return *v;
-            return Value::undefined(key.is(Value::Kind::string) ? key.string : repr(key));
+        if (object.is(TemplateValue::Kind::dict) || object.is(TemplateValue::Kind::ns)) {
+            if (key.is(TemplateValue::Kind::string))
+                if (TemplateValue const* v = object.find(key.string)) return *v;
+            return TemplateValue::undefined(key.is(TemplateValue::Kind::string) ? key.string : repr(key));
         }
-        if ((object.is(Value::Kind::list) || object.is(Value::Kind::string)) &&
-            (key.is(Value::Kind::integer) || key.is(Value::Kind::boolean))) {
-            if (object.is(Value::Kind::list)) {
+        if ((object.is(TemplateValue::Kind::list) || object.is(TemplateValue::Kind::string)) &&
+            (key.is(TemplateValue::Kind::integer) || key.is(TemplateValue::Kind::boolean))) {
+            if (object.is(TemplateValue::Kind::list)) {
                 auto const n = static_cast<std::int64_t>(object.list->size());
                 std::int64_t i = as_integer(key);
                 if (i < 0) i += n;
-                if (i < 0 || i >= n) return Value::undefined(repr(key));
+                if (i < 0 || i >= n) return TemplateValue::undefined(repr(key));
                 return (*object.list)[static_cast<std::size_t>(i)];
             }
             auto const starts = code_point_starts(object.string);
             auto const n = static_cast<std::int64_t>(starts.size());
             std::int64_t i = as_integer(key);
             if (i < 0) i += n;
-            if (i < 0 || i >= n) return Value::undefined(repr(key));
+            if (i < 0 || i >= n) return TemplateValue::undefined(repr(key));
             std::size_t const begin = starts[static_cast<std::size_t>(i)];
             std::size_t const end =
                 i + 1 < n ? starts[static_cast<std::size_t>(i) + 1] : object.string.size();
-            return Value::from(object.string.substr(begin, end - begin));
+            return TemplateValue::from(object.string.substr(begin, end - begin));
         }
-        if (key.is(Value::Kind::string)) return get_attribute(object, key.string, line);
-        return Value::undefined(repr(key));
+        if (key.is(TemplateValue::Kind::string)) return get_attribute(object, key.string, line);
+        return TemplateValue::undefined(repr(key));
     }
 
-    Value slice(Expr const& e) {
-        Value object = eval(*e.args[0]);
+    TemplateValue slice(Expr const& e) {
+        TemplateValue object = eval(*e.args[0]);
         auto const bound = [&](ExprPtr const& x) -> std::optional<std::int64_t> {
             if (!x) return std::nullopt;
-            Value v = eval(*x);
-            if (v.is(Value::Kind::none)) return std::nullopt;
-            if (!v.is(Value::Kind::integer) && !v.is(Value::Kind::boolean))
+            TemplateValue v = eval(*x);
+            if (v.is(TemplateValue::Kind::none)) return std::nullopt;
+            if (!v.is(TemplateValue::Kind::integer) && !v.is(TemplateValue::Kind::boolean))
                 error(e.line, "slice indices must be integers");
             return as_integer(v);
         };
@@ -1713,8 +1713,8 @@ class Renderer {
                                     step_by = bound(e.args[3]);
         std::int64_t const step = step_by.value_or(1);
         if (step == 0) error(e.line, "slice step cannot be zero");
-        bool const is_string = object.is(Value::Kind::string);
-        if (!is_string && !object.is(Value::Kind::list))
+        bool const is_string = object.is(TemplateValue::Kind::string);
+        if (!is_string && !object.is(TemplateValue::Kind::list))
             error(e.line, std::string("cannot slice a ") + kind_name(object));
         List pieces = is_string ? iterate(object, e.line) : *object.list;
         auto const n = static_cast<std::int64_t>(pieces.size());
@@ -1730,43 +1730,43 @@ class Renderer {
         List taken;
         for (std::int64_t i = first; step > 0 ? i < last : i > last; i += step)
             taken.push_back(pieces[static_cast<std::size_t>(i)]);
-        if (!is_string) return Value::from(std::move(taken));
+        if (!is_string) return TemplateValue::from(std::move(taken));
         std::string text;
-        for (Value const& p : taken) text += p.string;
-        return Value::from(std::move(text));
+        for (TemplateValue const& p : taken) text += p.string;
+        return TemplateValue::from(std::move(text));
     }
 
-    bool contains(Value const& container, Value const& item, int line) const {
+    bool contains(TemplateValue const& container, TemplateValue const& item, int line) const {
         switch (container.kind) {
-            case Value::Kind::undefined:
+            case TemplateValue::Kind::undefined:
                 return false;
-            case Value::Kind::string:
-                if (!item.is(Value::Kind::string))
+            case TemplateValue::Kind::string:
+                if (!item.is(TemplateValue::Kind::string))
                     error(line, std::string("'in <string>' needs a string on the left, not a ") +
                                     kind_name(item));
                 return container.string.find(item.string) != std::string::npos;
-            case Value::Kind::list:
+            case TemplateValue::Kind::list:
                 return std::any_of(container.list->begin(), container.list->end(),
-                                   [&](Value const& v) { return equal(v, item); });
-            case Value::Kind::dict:
-                return item.is(Value::Kind::string) && container.find(item.string) != nullptr;
+                                   [&](TemplateValue const& v) { return equal(v, item); });
+            case TemplateValue::Kind::dict:
+                return item.is(TemplateValue::Kind::string) && container.find(item.string) != nullptr;
             default:
                 error(line, std::string("'in' on a ") + kind_name(container));
         }
     }
 
-    Value binary(Expr const& e) {
-        Value a = eval(*e.args[0]);
-        Value b = eval(*e.args[1]);
+    TemplateValue binary(Expr const& e) {
+        TemplateValue a = eval(*e.args[0]);
+        TemplateValue b = eval(*e.args[1]);
         std::string const& op = e.name;
-        if (op == "==") return Value::from(equal(a, b));
-        if (op == "!=") return Value::from(!equal(a, b));
+        if (op == "==") return TemplateValue::from(equal(a, b));
+        if (op == "!=") return TemplateValue::from(!equal(a, b));
         if (op == "~") {
             std::string text = to_text(a) + to_text(b);
             check_size(text.size(), e.line);
-            return Value::from(std::move(text));
+            return TemplateValue::from(std::move(text));
         }
-        auto const type_error = [&]() -> Value {
+        auto const type_error = [&]() -> TemplateValue {
             error(e.line, "unsupported operand types for " + op + ": " + kind_name(a) + " and " +
                               kind_name(b));
         };
@@ -1775,7 +1775,7 @@ class Renderer {
             if (a.is_number() && b.is_number()) {
                 double const x = as_double(a), y = as_double(b);
                 order = x < y ? -1 : x > y ? 1 : 0;
-            } else if (a.is(Value::Kind::string) && b.is(Value::Kind::string)) {
+            } else if (a.is(TemplateValue::Kind::string) && b.is(TemplateValue::Kind::string)) {
                 order = a.string.compare(b.string) < 0 ? -1 : a.string == b.string ? 0 : 1;
             } else {
                 type_error();
@@ -1784,47 +1784,47 @@ class Renderer {
                            : op == "<=" ? order <= 0
                            : op == ">"  ? order > 0
                                         : order >= 0;
-            return Value::from(r);
+            return TemplateValue::from(r);
         }
         if (op == "+") {
-            if (a.is(Value::Kind::string) && b.is(Value::Kind::string)) {
+            if (a.is(TemplateValue::Kind::string) && b.is(TemplateValue::Kind::string)) {
                 check_size(a.string.size() + b.string.size(), e.line);
-                return Value::from(a.string + b.string);
+                return TemplateValue::from(a.string + b.string);
             }
-            if (a.is(Value::Kind::list) && b.is(Value::Kind::list)) {
+            if (a.is(TemplateValue::Kind::list) && b.is(TemplateValue::Kind::list)) {
                 List items = *a.list;
                 items.insert(items.end(), b.list->begin(), b.list->end());
-                return Value::from(std::move(items));
+                return TemplateValue::from(std::move(items));
             }
         }
         if (op == "*") {  // sequence repetition
-            bool const seq_left = a.is(Value::Kind::string) || a.is(Value::Kind::list);
-            Value const& seq = seq_left ? a : b;
-            Value const& count = seq_left ? b : a;
-            if ((seq.is(Value::Kind::string) || seq.is(Value::Kind::list)) &&
-                (count.is(Value::Kind::integer) || count.is(Value::Kind::boolean))) {
+            bool const seq_left = a.is(TemplateValue::Kind::string) || a.is(TemplateValue::Kind::list);
+            TemplateValue const& seq = seq_left ? a : b;
+            TemplateValue const& count = seq_left ? b : a;
+            if ((seq.is(TemplateValue::Kind::string) || seq.is(TemplateValue::Kind::list)) &&
+                (count.is(TemplateValue::Kind::integer) || count.is(TemplateValue::Kind::boolean))) {
                 std::int64_t const times = std::max<std::int64_t>(0, as_integer(count));
                 std::size_t const unit =
-                    seq.is(Value::Kind::string) ? seq.string.size() : seq.list->size();
+                    seq.is(TemplateValue::Kind::string) ? seq.string.size() : seq.list->size();
                 if (unit != 0 &&
                     static_cast<std::uint64_t>(times) > limits_.max_output_bytes / unit)
                     check_size(limits_.max_output_bytes + 1, e.line);
-                if (seq.is(Value::Kind::string)) {
+                if (seq.is(TemplateValue::Kind::string)) {
                     std::string text;
                     for (std::int64_t i = 0; i < times; ++i) text += seq.string;
-                    return Value::from(std::move(text));
+                    return TemplateValue::from(std::move(text));
                 }
                 List items;
                 for (std::int64_t i = 0; i < times; ++i)
                     items.insert(items.end(), seq.list->begin(), seq.list->end());
-                return Value::from(std::move(items));
+                return TemplateValue::from(std::move(items));
             }
         }
         if (!a.is_number() || !b.is_number()) type_error();
-        bool const integers = !a.is(Value::Kind::real) && !b.is(Value::Kind::real);
+        bool const integers = !a.is(TemplateValue::Kind::real) && !b.is(TemplateValue::Kind::real);
         if (op == "/") {
             if (as_double(b) == 0) error(e.line, "division by zero");
-            return Value::from(as_double(a) / as_double(b));
+            return TemplateValue::from(as_double(a) / as_double(b));
         }
         if (integers) {
             std::int64_t const x = as_integer(a), y = as_integer(b), r = 0;
@@ -1847,7 +1847,7 @@ class Renderer {
                 result = op == "//" ? q : m;
             } else if (op == "**") {
                 if (y < 0)
-                    return Value::from(std::pow(static_cast<double>(x), static_cast<double>(y)));
+                    return TemplateValue::from(std::pow(static_cast<double>(x), static_cast<double>(y)));
                 result = 1;
                 for (std::int64_t i = 0; i < y; ++i) {
                     if (__builtin_mul_overflow(result, x, &result))
@@ -1856,23 +1856,23 @@ class Renderer {
                 }
                 if (result == 1 && x == -1 && y % 2 == 1) result = -1;
             }
-            return Value::from(result);
+            return TemplateValue::from(result);
         }
         double const x = as_double(a), y = as_double(b);
-        if (op == "+") return Value::from(x + y);
-        if (op == "-") return Value::from(x - y);
-        if (op == "*") return Value::from(x * y);
-        if (op == "**") return Value::from(std::pow(x, y));
+        if (op == "+") return TemplateValue::from(x + y);
+        if (op == "-") return TemplateValue::from(x - y);
+        if (op == "*") return TemplateValue::from(x * y);
+        if (op == "**") return TemplateValue::from(std::pow(x, y));
         if (y == 0) error(e.line, "division by zero");
         double const q = std::floor(x / y);
-        return Value::from(op == "//" ? q : x - q * y);
+        return TemplateValue::from(op == "//" ? q : x - q * y);
     }
 
     // The arguments of a call, positional then keyword, against a parameter list.
-    std::vector<Value> arguments(Expr const& e, std::size_t first,
+    std::vector<TemplateValue> arguments(Expr const& e, std::size_t first,
                                  std::vector<std::string_view> const& parameters,
                                  std::string const& what) {
-        std::vector<Value> values(parameters.size(), Value::undefined());
+        std::vector<TemplateValue> values(parameters.size(), TemplateValue::undefined());
         std::size_t const positional = e.args.size() - first - e.keywords.size();
         if (positional > parameters.size())
             error(e.line,
@@ -1888,7 +1888,7 @@ class Renderer {
         return values;
     }
 
-    Value call(Expr const& e) {
+    TemplateValue call(Expr const& e) {
         if (e.name == "raise_exception") {
             auto const args = arguments(e, 0, {"message"}, "raise_exception()");
             throw RequestError("chat template raised: " + to_text(args[0]));
@@ -1899,11 +1899,11 @@ class Renderer {
                 error(e.line, "namespace() takes keyword arguments only");
             for (std::size_t k = 0; k < e.keywords.size(); ++k)
                 entries.emplace_back(e.keywords[k], eval(*e.args[k]));
-            return Value::make_namespace(std::move(entries));
+            return TemplateValue::make_namespace(std::move(entries));
         }
         if (e.name == "strftime_now") {
             auto const args = arguments(e, 0, {"format"}, "strftime_now()");
-            if (!args[0].is(Value::Kind::string))
+            if (!args[0].is(TemplateValue::Kind::string))
                 error(e.line, "strftime_now() takes a format string");
             std::time_t const t = now_ ? now_() : std::time(nullptr);
             std::tm parts{};
@@ -1911,14 +1911,14 @@ class Renderer {
             char buffer[256];
             std::size_t const n =
                 std::strftime(buffer, sizeof buffer, args[0].string.c_str(), &parts);
-            return Value::from(std::string(buffer, n));
+            return TemplateValue::from(std::string(buffer, n));
         }
         // range(stop) / range(start, stop[, step])
         auto const args = arguments(e, 0, {"a", "b", "c"}, "range()");
         std::vector<std::int64_t> bounds;
-        for (Value const& v : args) {
-            if (v.is(Value::Kind::undefined)) continue;
-            if (!v.is(Value::Kind::integer) && !v.is(Value::Kind::boolean))
+        for (TemplateValue const& v : args) {
+            if (v.is(TemplateValue::Kind::undefined)) continue;
+            if (!v.is(TemplateValue::Kind::integer) && !v.is(TemplateValue::Kind::boolean))
                 error(e.line, "range() takes integers");
             bounds.push_back(as_integer(v));
         }
@@ -1931,58 +1931,58 @@ class Renderer {
         for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
             if (static_cast<std::int64_t>(items.size()) >= limits_.max_range)
                 error(e.line, "range() longer than " + std::to_string(limits_.max_range));
-            items.push_back(Value::from(i));
+            items.push_back(TemplateValue::from(i));
         }
-        return Value::from(std::move(items));
+        return TemplateValue::from(std::move(items));
     }
 
-    Value method(Expr const& e) {
-        Value object = eval(*e.args[0]);
+    TemplateValue method(Expr const& e) {
+        TemplateValue object = eval(*e.args[0]);
         std::string const& name = e.name;
         auto const what = "." + name + "()";
-        if (object.is(Value::Kind::string)) {
+        if (object.is(TemplateValue::Kind::string)) {
             std::string const& s = object.string;
             if (name == "strip" || name == "lstrip" || name == "rstrip") {
                 auto const args = arguments(e, 1, {"chars"}, what);
                 std::optional<std::string_view> chars;
-                if (args[0].is(Value::Kind::string)) chars = args[0].string;
-                return Value::from(strip(s, name != "rstrip", name != "lstrip", chars));
+                if (args[0].is(TemplateValue::Kind::string)) chars = args[0].string;
+                return TemplateValue::from(strip(s, name != "rstrip", name != "lstrip", chars));
             }
             if (name == "upper" || name == "lower")
-                return Value::from(ascii_case(s, name == "upper"));
+                return TemplateValue::from(ascii_case(s, name == "upper"));
             if (name == "capitalize" || name == "title")
-                return Value::from(name == "title" ? title(s) : capitalize(s));
+                return TemplateValue::from(name == "title" ? title(s) : capitalize(s));
             if (name == "startswith" || name == "endswith") {
                 auto const args = arguments(e, 1, {"prefix"}, what);
-                if (!args[0].is(Value::Kind::string)) error(e.line, what + " takes a string");
-                return Value::from(name == "startswith" ? s.starts_with(args[0].string)
+                if (!args[0].is(TemplateValue::Kind::string)) error(e.line, what + " takes a string");
+                return TemplateValue::from(name == "startswith" ? s.starts_with(args[0].string)
                                                         : s.ends_with(args[0].string));
             }
             if (name == "replace") {
                 auto const args = arguments(e, 1, {"old", "new", "count"}, what);
-                return Value::from(replace(s, args[0], args[1], args[2], e.line));
+                return TemplateValue::from(replace(s, args[0], args[1], args[2], e.line));
             }
             if (name == "split") {
                 auto const args = arguments(e, 1, {"sep", "maxsplit"}, what);
-                return Value::from(split(s, args[0], e.line));
+                return TemplateValue::from(split(s, args[0], e.line));
             }
         }
-        if (object.is(Value::Kind::dict)) {
+        if (object.is(TemplateValue::Kind::dict)) {
             if (name == "items" || name == "keys" || name == "values") {
                 List items;
                 for (auto const& [k, v] : *object.dict) {
                     if (name == "items")
-                        items.push_back(Value::from(List{Value::from(k), v}));
+                        items.push_back(TemplateValue::from(List{TemplateValue::from(k), v}));
                     else
-                        items.push_back(name == "keys" ? Value::from(k) : v);
+                        items.push_back(name == "keys" ? TemplateValue::from(k) : v);
                 }
-                return Value::from(std::move(items));
+                return TemplateValue::from(std::move(items));
             }
             if (name == "get") {
                 auto const args = arguments(e, 1, {"key", "default"}, what);
-                if (args[0].is(Value::Kind::string))
-                    if (Value const* v = object.find(args[0].string)) return *v;
-                return args[1].is(Value::Kind::undefined) ? Value::none() : args[1];
+                if (args[0].is(TemplateValue::Kind::string))
+                    if (TemplateValue const* v = object.find(args[0].string)) return *v;
+                return args[1].is(TemplateValue::Kind::undefined) ? TemplateValue::none() : args[1];
             }
         }
         error(e.line, "a " + std::string(kind_name(object)) + " value has no method " + what);
@@ -2006,17 +2006,17 @@ class Renderer {
         }
         return out;
     }
-    std::string replace(std::string const& s, Value const& old_value, Value const& new_value,
-                        Value const& count, int line) const {
-        if (!old_value.is(Value::Kind::string) || !new_value.is(Value::Kind::string))
+    std::string replace(std::string const& s, TemplateValue const& old_value, TemplateValue const& new_value,
+                        TemplateValue const& count, int line) const {
+        if (!old_value.is(TemplateValue::Kind::string) || !new_value.is(TemplateValue::Kind::string))
             error(line, "replace takes strings");
-        std::int64_t left = count.is(Value::Kind::integer) ? count.integer : -1;
+        std::int64_t left = count.is(TemplateValue::Kind::integer) ? count.integer : -1;
         std::string const& old_text = old_value.string;
         std::string out;
         std::size_t at = 0;
         if (old_text.empty()) {  // Python inserts `new` between every character
-            auto const pieces = iterate(Value::from(s), line);
-            for (Value const& p : pieces) {
+            auto const pieces = iterate(TemplateValue::from(s), line);
+            for (TemplateValue const& p : pieces) {
                 if (left != 0) out += new_value.string, --left;
                 out += p.string;
                 check_size(out.size(), line);
@@ -2034,27 +2034,27 @@ class Renderer {
         }
         return out + s.substr(at);
     }
-    List split(std::string const& s, Value const& separator, int line) const {
+    List split(std::string const& s, TemplateValue const& separator, int line) const {
         List parts;
-        if (separator.is(Value::Kind::undefined) || separator.is(Value::Kind::none)) {
+        if (separator.is(TemplateValue::Kind::undefined) || separator.is(TemplateValue::Kind::none)) {
             std::size_t at = 0;
             while (true) {
                 at = s.find_first_not_of(" \t\n\r\v\f", at);
                 if (at == std::string::npos) break;
                 std::size_t const end = s.find_first_of(" \t\n\r\v\f", at);
-                parts.push_back(Value::from(
+                parts.push_back(TemplateValue::from(
                     s.substr(at, end == std::string::npos ? std::string::npos : end - at)));
                 if (end == std::string::npos) break;
                 at = end;
             }
             return parts;
         }
-        if (!separator.is(Value::Kind::string) || separator.string.empty())
+        if (!separator.is(TemplateValue::Kind::string) || separator.string.empty())
             error(line, "split takes a non-empty string separator");
         std::size_t at = 0;
         while (true) {
             auto const found = s.find(separator.string, at);
-            parts.push_back(Value::from(
+            parts.push_back(TemplateValue::from(
                 s.substr(at, found == std::string::npos ? std::string::npos : found - at)));
             if (found == std::string::npos) return parts;
             at = found + separator.string.size();
@@ -2062,14 +2062,14 @@ class Renderer {
     }
 
     // A test by name on an evaluated value (the `is` tests, and select/reject's).
-    bool run_test(std::string const& name, Value const& v, std::vector<Value> const& args,
+    bool run_test(std::string const& name, TemplateValue const& v, std::vector<TemplateValue> const& args,
                   int line) const {
-        auto const arg = [&]() -> Value const& {
-            if (args.empty() || args[0].is(Value::Kind::undefined))
+        auto const arg = [&]() -> TemplateValue const& {
+            if (args.empty() || args[0].is(TemplateValue::Kind::undefined))
                 error(line, "test '" + name + "' needs an argument");
             return args[0];
         };
-        using K = Value::Kind;
+        using K = TemplateValue::Kind;
         if (name == "defined") return !v.is(K::undefined);
         if (name == "undefined") return v.is(K::undefined);
         if (name == "none") return v.is(K::none);
@@ -2089,7 +2089,7 @@ class Renderer {
             return (as_integer(v) % 2 == 0) == (name == "even");
         }
         if (name == "divisibleby") {
-            Value const& d = arg();
+            TemplateValue const& d = arg();
             if (!v.is_number() || !d.is_number() || as_double(d) == 0)
                 error(line, "divisibleby needs a non-zero number");
             return std::fmod(as_double(v), as_double(d)) == 0;
@@ -2098,7 +2098,7 @@ class Renderer {
         if (name == "ne") return !equal(v, arg());
         if (name == "in") return contains(arg(), v, line);
         // lt, le, gt, ge
-        Value const& other = arg();
+        TemplateValue const& other = arg();
         double x = 0, y = 0;
         if (v.is_number() && other.is_number())
             x = as_double(v), y = as_double(other);
@@ -2111,139 +2111,139 @@ class Renderer {
     }
 
     bool test(Expr const& e) {
-        Value v = eval(*e.args[0]);
-        std::vector<Value> args;
+        TemplateValue v = eval(*e.args[0]);
+        std::vector<TemplateValue> args;
         for (std::size_t i = 1; i < e.args.size(); ++i) args.push_back(eval(*e.args[i]));
         return run_test(e.name, v, args, e.line);
     }
 
-    std::size_t length(Value const& v, int line) const {
+    std::size_t length(TemplateValue const& v, int line) const {
         switch (v.kind) {
-            case Value::Kind::undefined:
+            case TemplateValue::Kind::undefined:
                 return 0;
-            case Value::Kind::string:
+            case TemplateValue::Kind::string:
                 return code_point_count(v.string);
-            case Value::Kind::list:
+            case TemplateValue::Kind::list:
                 return v.list->size();
-            case Value::Kind::dict:
+            case TemplateValue::Kind::dict:
                 return v.dict->size();
             default:
                 error(line, std::string("a ") + kind_name(v) + " value has no length");
         }
     }
 
-    Value filter(Expr const& e) {
-        Value v = eval(*e.args[0]);
+    TemplateValue filter(Expr const& e) {
+        TemplateValue v = eval(*e.args[0]);
         std::string const& name = e.name;
         auto const what = "filter '" + name + "'";
         if (name == "trim") {
             auto const args = arguments(e, 1, {"chars"}, what);
             std::optional<std::string_view> chars;
-            if (args[0].is(Value::Kind::string)) chars = args[0].string;
-            return Value::from(strip(to_text(v), true, true, chars));
+            if (args[0].is(TemplateValue::Kind::string)) chars = args[0].string;
+            return TemplateValue::from(strip(to_text(v), true, true, chars));
         }
         if (name == "length" || name == "count")
-            return Value::from(static_cast<std::int64_t>(length(v, e.line)));
+            return TemplateValue::from(static_cast<std::int64_t>(length(v, e.line)));
         if (name == "upper" || name == "lower")
-            return Value::from(ascii_case(to_text(v), name == "upper"));
-        if (name == "capitalize") return Value::from(capitalize(to_text(v)));
-        if (name == "title") return Value::from(title(to_text(v)));
-        if (name == "string") return Value::from(to_text(v));
+            return TemplateValue::from(ascii_case(to_text(v), name == "upper"));
+        if (name == "capitalize") return TemplateValue::from(capitalize(to_text(v)));
+        if (name == "title") return TemplateValue::from(title(to_text(v)));
+        if (name == "string") return TemplateValue::from(to_text(v));
         if (name == "safe") return v;
         if (name == "default" || name == "d") {
             auto const args = arguments(e, 1, {"default_value", "boolean"}, what);
             bool const use_default =
-                v.is(Value::Kind::undefined) || (truthy(args[1]) && !truthy(v));
+                v.is(TemplateValue::Kind::undefined) || (truthy(args[1]) && !truthy(v));
             if (!use_default) return v;
-            return args[0].is(Value::Kind::undefined) ? Value::from("") : args[0];
+            return args[0].is(TemplateValue::Kind::undefined) ? TemplateValue::from("") : args[0];
         }
         if (name == "tojson") {
             auto const args = arguments(e, 1, {"indent"}, what);
             std::optional<int> indent;
-            if (args[0].is(Value::Kind::integer))
+            if (args[0].is(TemplateValue::Kind::integer))
                 indent = static_cast<int>(std::clamp<std::int64_t>(args[0].integer, 0, 64));
-            else if (!args[0].is(Value::Kind::undefined) && !args[0].is(Value::Kind::none))
+            else if (!args[0].is(TemplateValue::Kind::undefined) && !args[0].is(TemplateValue::Kind::none))
                 error(e.line, "tojson's indent must be an integer");
             std::string out;
             append_json(out, v, indent, 0);
             check_size(out.size(), e.line);
-            return Value::from(std::move(out));
+            return TemplateValue::from(std::move(out));
         }
         if (name == "join") {
             auto const args = arguments(e, 1, {"d", "attribute"}, what);
             std::string out;
             bool first = true;
-            for (Value const& item : iterate(v, e.line)) {
+            for (TemplateValue const& item : iterate(v, e.line)) {
                 if (!first) out += to_text(args[0]);
                 first = false;
                 out += to_text(
-                    args[1].is(Value::Kind::undefined) ? item : get_item(item, args[1], e.line));
+                    args[1].is(TemplateValue::Kind::undefined) ? item : get_item(item, args[1], e.line));
                 check_size(out.size(), e.line);
             }
-            return Value::from(std::move(out));
+            return TemplateValue::from(std::move(out));
         }
         if (name == "first" || name == "last") {
             List items = iterate(v, e.line);
-            if (items.empty()) return Value::undefined(name);
+            if (items.empty()) return TemplateValue::undefined(name);
             return name == "first" ? items.front() : items.back();
         }
-        if (name == "list") return Value::from(iterate(v, e.line));
+        if (name == "list") return TemplateValue::from(iterate(v, e.line));
         if (name == "reverse") {
             List items = iterate(v, e.line);
             std::reverse(items.begin(), items.end());
-            if (!v.is(Value::Kind::string)) return Value::from(std::move(items));
+            if (!v.is(TemplateValue::Kind::string)) return TemplateValue::from(std::move(items));
             std::string out;
-            for (Value const& p : items) out += p.string;
-            return Value::from(std::move(out));
+            for (TemplateValue const& p : items) out += p.string;
+            return TemplateValue::from(std::move(out));
         }
         if (name == "unique") {
             List kept;
-            for (Value const& item : iterate(v, e.line))
+            for (TemplateValue const& item : iterate(v, e.line))
                 if (std::none_of(kept.begin(), kept.end(),
-                                 [&](Value const& k) { return equal(k, item); }))
+                                 [&](TemplateValue const& k) { return equal(k, item); }))
                     kept.push_back(item);
-            return Value::from(std::move(kept));
+            return TemplateValue::from(std::move(kept));
         }
         if (name == "items") {
-            if (v.is(Value::Kind::undefined)) return Value::from(List{});
-            if (!v.is(Value::Kind::dict)) error(e.line, "filter 'items' needs a mapping");
+            if (v.is(TemplateValue::Kind::undefined)) return TemplateValue::from(List{});
+            if (!v.is(TemplateValue::Kind::dict)) error(e.line, "filter 'items' needs a mapping");
             List items;
             for (auto const& [k, x] : *v.dict)
-                items.push_back(Value::from(List{Value::from(k), x}));
-            return Value::from(std::move(items));
+                items.push_back(TemplateValue::from(List{TemplateValue::from(k), x}));
+            return TemplateValue::from(std::move(items));
         }
         if (name == "replace") {
             auto const args = arguments(e, 1, {"old", "new", "count"}, what);
-            return Value::from(replace(to_text(v), args[0], args[1], args[2], e.line));
+            return TemplateValue::from(replace(to_text(v), args[0], args[1], args[2], e.line));
         }
         if (name == "abs") {
             if (!v.is_number()) error(e.line, "filter 'abs' on a " + std::string(kind_name(v)));
-            return v.is(Value::Kind::real)
-                       ? Value::from(std::fabs(v.real))
-                       : Value::from(as_integer(v) < 0 ? -as_integer(v) : as_integer(v));
+            return v.is(TemplateValue::Kind::real)
+                       ? TemplateValue::from(std::fabs(v.real))
+                       : TemplateValue::from(as_integer(v) < 0 ? -as_integer(v) : as_integer(v));
         }
         if (name == "int" || name == "float") {
             auto const args = arguments(e, 1, {"default"}, what);
-            Value const fallback = args[0].is(Value::Kind::undefined)
-                                       ? (name == "int" ? Value::from(0) : Value::from(0.0))
+            TemplateValue const fallback = args[0].is(TemplateValue::Kind::undefined)
+                                       ? (name == "int" ? TemplateValue::from(0) : TemplateValue::from(0.0))
                                        : args[0];
             if (v.is_number())
-                return name == "int" ? Value::from(static_cast<std::int64_t>(as_double(v)))
-                                     : Value::from(as_double(v));
-            if (v.is(Value::Kind::string)) {
+                return name == "int" ? TemplateValue::from(static_cast<std::int64_t>(as_double(v)))
+                                     : TemplateValue::from(as_double(v));
+            if (v.is(TemplateValue::Kind::string)) {
                 std::string const text = strip(v.string, true, true);
                 if (name == "int") {
                     std::int64_t i = 0;
                     auto const [end, ec] =
                         std::from_chars(text.data(), text.data() + text.size(), i);
                     return ec == std::errc{} && end == text.data() + text.size() && !text.empty()
-                               ? Value::from(i)
+                               ? TemplateValue::from(i)
                                : fallback;
                 }
                 double d = 0;
                 auto const [end, ec] = std::from_chars(text.data(), text.data() + text.size(), d);
                 return ec == std::errc{} && end == text.data() + text.size() && !text.empty()
-                           ? Value::from(d)
+                           ? TemplateValue::from(d)
                            : fallback;
             }
             return fallback;
@@ -2253,14 +2253,14 @@ class Renderer {
             List out;
             if (positional == 0 && e.keywords.size() >= 1 && e.keywords[0] == "attribute") {
                 auto const args = arguments(e, 1, {"attribute", "default"}, what);
-                for (Value const& item : iterate(v, e.line)) {
-                    Value x = get_item(item, args[0], e.line);
-                    out.push_back(x.is(Value::Kind::undefined) &&
-                                          !args[1].is(Value::Kind::undefined)
+                for (TemplateValue const& item : iterate(v, e.line)) {
+                    TemplateValue x = get_item(item, args[0], e.line);
+                    out.push_back(x.is(TemplateValue::Kind::undefined) &&
+                                          !args[1].is(TemplateValue::Kind::undefined)
                                       ? args[1]
                                       : x);
                 }
-                return Value::from(std::move(out));
+                return TemplateValue::from(std::move(out));
             }
             error(e.line,
                   "unsupported Jinja construct: filter 'map' other than map(attribute=...)");
@@ -2270,29 +2270,29 @@ class Renderer {
         bool const keep_matching = name.starts_with("select");
         std::size_t const first_arg = 1 + (by_attribute ? 1 : 0);
         if (!e.keywords.empty()) error(e.line, what + " takes positional arguments only");
-        Value attribute = by_attribute && e.args.size() > 1 ? eval(*e.args[1]) : Value::undefined();
-        if (by_attribute && !attribute.is(Value::Kind::string))
+        TemplateValue attribute = by_attribute && e.args.size() > 1 ? eval(*e.args[1]) : TemplateValue::undefined();
+        if (by_attribute && !attribute.is(TemplateValue::Kind::string))
             error(e.line, what + " needs an attribute name");
         std::string test_name;
-        std::vector<Value> test_args;
+        std::vector<TemplateValue> test_args;
         if (e.args.size() > first_arg) {
-            Value t = eval(*e.args[first_arg]);
-            if (!t.is(Value::Kind::string) || !listed(supported_tests, t.string))
+            TemplateValue t = eval(*e.args[first_arg]);
+            if (!t.is(TemplateValue::Kind::string) || !listed(supported_tests, t.string))
                 error(e.line, "unsupported Jinja construct: test " + repr(t) + " in " + what);
             test_name = t.string;
             for (std::size_t i = first_arg + 1; i < e.args.size(); ++i)
                 test_args.push_back(eval(*e.args[i]));
         }
         List kept;
-        for (Value const& item : iterate(v, e.line)) {
+        for (TemplateValue const& item : iterate(v, e.line)) {
             step(e.line);
-            Value const subject = by_attribute ? get_item(item, attribute, e.line) : item;
+            TemplateValue const subject = by_attribute ? get_item(item, attribute, e.line) : item;
             bool const matches = test_name.empty()
                                      ? truthy(subject)
                                      : run_test(test_name, subject, test_args, e.line);
             if (matches == keep_matching) kept.push_back(item);
         }
-        return Value::from(std::move(kept));
+        return TemplateValue::from(std::move(kept));
     }
 
     std::vector<Scope> scopes_;

@@ -142,14 +142,14 @@ class ChatTemplate {
         jinja::List list;
         list.reserve(messages.size());
         for (ChatMessage const& m : messages) {
-            list.push_back(jinja::Value::from(jinja::Dict{
-                {"role", jinja::Value::from(m.role)}, {"content", jinja::Value::from(m.content)}}));
+            list.push_back(jinja::TemplateValue::from(jinja::Dict{
+                {"role", jinja::TemplateValue::from(m.role)}, {"content", jinja::TemplateValue::from(m.content)}}));
         }
         jinja::Dict const variables{
-            {"messages", jinja::Value::from(std::move(list))},
-            {"add_generation_prompt", jinja::Value::from(add_generation_prompt)},
-            {"bos_token", jinja::Value::from(tokens_.bos)},
-            {"eos_token", jinja::Value::from(tokens_.eos)}};
+            {"messages", jinja::TemplateValue::from(std::move(list))},
+            {"add_generation_prompt", jinja::TemplateValue::from(add_generation_prompt)},
+            {"bos_token", jinja::TemplateValue::from(tokens_.bos)},
+            {"eos_token", jinja::TemplateValue::from(tokens_.eos)}};
         return jinja_->render(variables, clock_);
     }
 
