@@ -235,23 +235,7 @@ def main():
 
     with TensorParallelServer(mpirun, 2, args.server, args.model, *common,
                               "--speculative-tokens", "3") as two:
-        results = [None] * len(QUESTIONS)
-        errors = []
-
-        def ask(i):
-            try:
-                results[i] = answer(two.port, chat_body(QUESTIONS[i], stream=i == 0,
-                                                        logprobs=False))[0]
-            except Exception as e:  # noqa: BLE001 (reported below)
-                errors.append(e)
-
-        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(QUESTIONS))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(300)
-        check(not errors, f"TP 2 requests failed: {errors}")
-        check(all(r is not None for r in results), "a TP 2 request did not finish in 300 s")
+        results = ask_concurrently(two.port, "TP 2")
         for i, got in enumerate(results):
             verdict = compare(references[i], got,
                               f"question {i} ({'stream' if i == 0 else 'not streamed'})")
