@@ -19,6 +19,8 @@
 #include <string>
 #include <utility>
 
+#include <CLI/CLI.hpp>
+
 #include <tinfer/engine/engine.hpp>
 #include <tinfer/model/shipped_presets.hpp>
 
@@ -46,6 +48,30 @@ struct ParallelSplit {
     int micro_batches = 2;
     bool split() const { return tensor > 1 || pipeline > 1; }
 };
+
+// --tp, --pp and --micro-batches of `program` (serve, generate), whose rank 0 `rank0_does`.
+inline void add_split_options(CLI::App& app, ParallelSplit& split, std::string const& program,
+                              std::string const& rank0_does) {
+    app.add_option("--tp", split.tensor,
+                   "Tensor-parallel degree: run as `mpirun -n N " + program + " --tp N`; rank 0 " +
+                       rank0_does +
+                       ", every rank computes its shard of each step (float32 KV "
+                       "cache)")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    auto* pp_option = app.add_option("--pp", split.pipeline,
+                                     "Pipeline stages: run as `mpirun -n N " + program +
+                                         " --pp N`; rank 0 " + rank0_does +
+                                         ", rank r computes stage r's layers of each step "
+                                         "(float32 KV cache)")
+                          ->capture_default_str()
+                          ->check(CLI::PositiveNumber);
+    app.add_option("--micro-batches", split.micro_batches,
+                   "Pieces a step's rows are cut into under --pp, so the stages overlap")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber)
+        ->needs(pp_option);
+}
 
 #ifdef TINFER_WITH_MPI
 struct LockstepRanks {

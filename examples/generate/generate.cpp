@@ -338,20 +338,7 @@ int main(int argc, char** argv) {
                    "draft tokens verified per decode step (0: off); greedy output is unchanged")
         ->capture_default_str()
         ->check(CLI::Range(0, max_speculative_tokens));
-    app.add_option("--tp", options.split.tensor,
-                   "Tensor-parallel degree: run under mpirun with as many ranks; rank 0 prints")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    auto* pp_option =
-        app.add_option("--pp", options.split.pipeline,
-                       "Pipeline stages: run under mpirun with as many ranks; rank 0 prints")
-            ->capture_default_str()
-            ->check(CLI::PositiveNumber);
-    app.add_option("--micro-batches", options.split.micro_batches,
-                   "Pieces a step's rows are cut into under --pp, so the stages overlap")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber)
-        ->needs(pp_option);
+    tinfer::examples::add_split_options(app, options.split, "generate", "prints");
     CLI11_PARSE(app, argc, argv);
 
     std::signal(SIGINT, [](int) { interrupted = true; });

@@ -1278,22 +1278,7 @@ int main(int argc, char** argv) {
                    "(decodes them, no HTTP): mpirun -n 1 serve --role prefill ... : -n 1 serve "
                    "--role decode ...")
         ->check(CLI::IsMember({"prefill", "decode"}));
-    app.add_option("--tp", options.split.tensor,
-                   "Tensor-parallel degree: run as `mpirun -n N serve --tp N`; rank 0 serves "
-                   "HTTP, every rank computes its shard of each step (float32 KV cache)")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    auto* pp_option =
-        app.add_option("--pp", options.split.pipeline,
-                       "Pipeline stages: run as `mpirun -n N serve --pp N`; rank 0 serves HTTP, "
-                       "rank r computes stage r's layers of each step (float32 KV cache)")
-            ->capture_default_str()
-            ->check(CLI::PositiveNumber);
-    app.add_option("--micro-batches", options.split.micro_batches,
-                   "Pieces a step's rows are cut into under --pp, so the stages overlap")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber)
-        ->needs(pp_option);
+    tinfer::examples::add_split_options(app, options.split, "serve", "serves HTTP");
     CLI11_PARSE(app, argc, argv);
     if (options.served_model_name.empty())
         options.served_model_name = std::filesystem::path(options.model).stem().string();
