@@ -6,3 +6,19 @@
 #else
 #define TINFER_HOST_DEVICE
 #endif
+
+#include <cmath>
+
+namespace tinfer {
+
+// a * b + c with one rounding on host and device alike (a plain expression could be fused on
+// one side and not on the other): what exact-equality between the two sides relies on.
+TINFER_HOST_DEVICE inline float fused_multiply_add(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+    return __fmaf_rn(a, b, c);
+#else
+    return std::fma(a, b, c);
+#endif
+}
+
+}  // namespace tinfer

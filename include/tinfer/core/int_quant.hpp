@@ -46,16 +46,6 @@ TINFER_HOST_DEVICE constexpr float clamp(float value, float lo, float hi) {
     return value < lo ? lo : (value > hi ? hi : value);
 }
 
-// a * b + c with one rounding on host and device alike (a plain expression could be fused
-// on one side and not on the other).
-TINFER_HOST_DEVICE inline float fused_multiply_add(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-    return __fmaf_rn(a, b, c);
-#else
-    return std::fma(a, b, c);
-#endif
-}
-
 }  // namespace int_quant_detail
 
 // ---- int8, symmetric ----
@@ -127,7 +117,7 @@ TINFER_HOST_DEVICE constexpr std::uint8_t quantize_int4(float x, float zero, flo
 }
 
 TINFER_HOST_DEVICE inline float dequantize_int4(std::uint8_t q, Int4Group group) {
-    return int_quant_detail::fused_multiply_add(static_cast<float>(q), group.scale, group.zero);
+    return fused_multiply_add(static_cast<float>(q), group.scale, group.zero);
 }
 
 // Two 4-bit codes in one byte: element 2i in the low nibble, element 2i+1 in the high one.

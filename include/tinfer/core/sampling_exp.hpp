@@ -23,14 +23,6 @@ namespace tinfer {
 
 namespace sampling_exp_detail {
 
-TINFER_HOST_DEVICE inline float fused_multiply_add(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-    return __fmaf_rn(a, b, c);
-#else
-    return std::fma(a, b, c);
-#endif
-}
-
 // 2^k as a float, for k in [-126, 127] (normal numbers: exact).
 TINFER_HOST_DEVICE inline float power_of_two(int k) {
     auto const bits = static_cast<std::uint32_t>(k + 127) << 23;
@@ -47,7 +39,6 @@ TINFER_HOST_DEVICE inline float power_of_two(int k) {
 
 // e^x, bitwise identical on host and device. NaN stays NaN, -inf gives 0, overflow +inf.
 TINFER_HOST_DEVICE inline float sampling_exp(float x) {
-    using sampling_exp_detail::fused_multiply_add;
     using sampling_exp_detail::power_of_two;
     constexpr float log2e = 1.44269504088896341f;
     constexpr float ln2_high = 0.693359375f;  // ln 2 = ln2_high + ln2_low (Cephes' split)
