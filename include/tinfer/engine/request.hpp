@@ -111,7 +111,8 @@ struct RequestLimits {
     std::string grammar_refusal;      // why structured output is not, when it is not
     bool has_tokenizer = true;        // stop strings need one
     // Choices per request (GenerationRequest::n): the n run together on the prompt's KV, so at
-    // most the sequences the scheduler runs at once; 1 where forking is not implemented.
+    // most the sequences the scheduler runs at once (Engine::limits() sets it so); the default 1
+    // is for limits built without an engine.
     int max_choices = 1;
 };
 
