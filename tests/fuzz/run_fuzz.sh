@@ -77,7 +77,10 @@ if ! "$cxx" -std=c++20 -fsanitize=fuzzer,address,undefined "$probe" -o "$work_di
     unavailable "$cxx cannot build a C++20 libFuzzer target with -fsanitize=fuzzer,address,undefined (clang 14 cannot build libstdc++ 12's std::ranges: scripts/setup.sh installs clang-16)"
 fi
 
-flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+# -gline-tables-only: file:line in the sanitizers' reports without full debug info, which made
+# each build ~10% longer (25.5 s against 23.0 s for gguf_fuzz).
+flags=(-std=c++20 -O1 -gline-tables-only -fsanitize=fuzzer,address,undefined
+       -fno-sanitize-recover=undefined
        "-I$source_dir/include" "-I$source_dir/examples/serve" "-I$fuzz_dir"
        "-DTINFER_TEST_DATA_DIR=\"$source_dir/tests/data\"")
 binary="$work_dir/$target"
