@@ -35,6 +35,7 @@
 
 #include "../common/cli_options.hpp"
 #include "../common/parallel_engines.hpp"
+#include "../common/serving_engines.hpp"
 
 #include <tinfer/engine/engine.hpp>
 #include <tinfer/gguf/gguf.hpp>
@@ -76,18 +77,15 @@ struct Options {
         json_schema_file;  // --json-schema: a JSON Schema (grammar/json_schema.hpp's subset)
 };
 
-// The engine's scheduler: serve's, so one reply's prefill runs in chunks of 256 rows.
-using Serving =
-    tinfer::sched::Scheduler<tinfer::sched::ContinuousBatching<64, 1024>,
-                             tinfer::sched::ChunkedPrefill<256>, tinfer::sched::PreemptByRecompute,
-                             tinfer::sched::FairShare>;
+// The engine's scheduler is serve's (common/serving_engines.hpp), so one reply's prefill runs
+// in chunks of 256 rows, and the engines are the ones serve runs, compiled once for both.
+using tinfer::examples::Serving;
 // The rows of one forward call (EngineOptions::max_step_tokens): Serving's prefill chunk.
 constexpr int prefill_chunk = 256;
 // One process: the engine of a shape and a KV codec pair (--kv-cache-dtype). Under --tp / --pp
 // the KV is float32 (examples/common/parallel_engines.hpp), as serve's.
 template <tinfer::ModelConfig Cfg, class Codecs>
-using EngineFor = tinfer::Engine<tinfer::model::Llama<Cfg>, Serving, tinfer::Host,
-                                 tinfer::PagedKv<16, typename Codecs::Key, typename Codecs::Value>>;
+using EngineFor = tinfer::examples::ServingEngineFor<Cfg, Codecs>;
 
 // Interactive chats without -c get this many positions (or the model's context if smaller):
 // enough for a conversation, without sizing a float32 cache for a 32K-context model.

@@ -53,6 +53,7 @@
 
 #include "../common/cli_options.hpp"
 #include "../common/parallel_engines.hpp"
+#include "../common/serving_engines.hpp"
 #include "http_server.hpp"
 #include "openai_protocol.hpp"
 #include "prometheus.hpp"
@@ -69,21 +70,13 @@ using serve::ApiError;
 using serve::json;
 namespace net = serve::net;
 
-using Serving =
-    tinfer::sched::Scheduler<tinfer::sched::ContinuousBatching<64, 1024>,
-                             tinfer::sched::ChunkedPrefill<256>, tinfer::sched::PreemptByRecompute,
-                             tinfer::sched::FairShare>;
+using tinfer::examples::Serving;
 // The KV codecs of K and V are compile-time types of the engine (PagedKv<BlockSize, K, V>), so
 // --kv-cache-dtype chooses among the library's compiled list (kv/codec_pairs.hpp). Each pair is
-// one more engine per shipped shape, and the engine is most of serve's build time: the list is
-// the instantiation budget (docs/server.md has the build times).
-
-// The engine for one compiled-in shape (model/shipped_presets.hpp; the file chooses which) and
-// one KV codec pair (--kv-cache-dtype).
-template <tinfer::ModelConfig Cfg, class Codecs = tinfer::kv::KvCodecPair<tinfer::kv::Fp32Codec>>
-using ServingEngineFor =
-    tinfer::Engine<tinfer::model::Llama<Cfg>, Serving, tinfer::Host,
-                   tinfer::PagedKv<16, typename Codecs::Key, typename Codecs::Value>>;
+// one more engine per shipped shape, instantiated once for serve and generate
+// (common/serving_engines.hpp): the list is the instantiation budget (docs/server.md has the
+// build times).
+using tinfer::examples::ServingEngineFor;
 
 // How often an answer in progress looks at the server's state (stopping, engine failed); its
 // tokens and its client's hang-up wake it at once.

@@ -135,26 +135,7 @@ class Engine {
     // `scheduler` carries the policies' run-time numbers (max_seqs, max_batched_tokens, the
     // prefill chunk); its default takes the policies' defaults.
     Engine(gguf::File file, EngineOptions options, Drafter drafter, Parallel parallel,
-           Scheduler scheduler = {})
-        : file_(std::move(file)),
-          options_(options),
-          model_(Model::bind(file_, std::move(parallel))),
-          tokenizer_(tok::tokenizer_from_gguf(file_)),
-          chat_(options.chat_template ? *options.chat_template
-                                      : tok::chat_template_from_gguf(file_)),
-          metrics_(options.clock),
-          kv_(options.kv_budget_bytes, options.host_swap_bytes, options.prefix_caching, metrics_),
-          scheduler_(std::move(scheduler)),
-          runner_(step_rows(), options.threads > 0 ? options.threads : omp_get_num_procs(),
-                  options.int8_activations),
-          speculation_(std::move(drafter), config.vocab),
-          intake_(tokenizer_, chat_, limits(), metrics_) {
-        if constexpr (spec::TargetAttachedDrafter<Drafter, Model>)
-            speculation_.drafter().attach(model_, runner_.workspace().threads());
-        // Model drafters run their passes in the engine's precision.
-        if constexpr (requires { speculation_.drafter().set_int8_activations(true); })
-            speculation_.drafter().set_int8_activations(options.int8_activations);
-    }
+           Scheduler scheduler = {});
 
     // Default drafter and model, the scheduler's numbers chosen here.
     Engine(gguf::File file, EngineOptions options, Scheduler scheduler) requires
@@ -228,38 +209,7 @@ class Engine {
     }
 
     // One iteration of the serving loop. Returns whether work remains.
-    bool step() {
-        take_inbox();
-        if (!scheduler_.has_work()) return false;
-        sched::StepPlan const plan = scheduler_.schedule(capacity_);
-        for (RequestId const id : plan.rejected) {
-            finish_without_token(id, FinishReason::aborted,
-                                 "the request cannot fit the KV cache even on its own");
-        }
-        for (sched::Preemption const& p : plan.preempted) {
-            speculation_.release(p.id);
-            kv_.preempt(p.id, live_.at(p.id), p.mode);
-        }
-        for (RequestId const id : plan.swapped_in) kv_.swap_in(id, live_.at(id));
-        if (plan.work.empty()) return scheduler_.has_work();
-
-        std::vector<sched::StepOutcome> const outcomes =
-            runner_.run(model_, plan.work, live_, kv_, speculation_, metrics_, failed_, forked_);
-        std::vector<RequestId> const ended = scheduler_.on_step_done(outcomes);
-        // Before the leaders retire: one that ended on its first token still holds the prompt.
-        for (auto const& fork : forked_) start_forked(fork);
-        forked_.clear();
-        for (auto& [id, error] : failed_) {
-            finish_without_token(id, FinishReason::aborted, std::move(error));
-        }
-        failed_.clear();
-        for (RequestId const id : ended) retire(id);
-        if (handoff_.hand_off) hand_off_first_tokens(outcomes);
-        if constexpr (evicts)
-            for (auto& [id, r] : live_) kv_.evict(r.kv);
-        metrics_.on_step(plan.token_count(), kv_.utilization(), kv_.usage());
-        return scheduler_.has_work() || intake_.pending();
-    }
+    bool step();
 
     void run_until_idle() {
         while (step() || intake_.pending()) {
@@ -566,5 +516,66 @@ class Engine {
     HandoffHooks handoff_;                         // set on a prefill-role engine
     RequestIntake::InboxExchange inbox_exchange_;
 };
+
+// The constructor and step() are defined out of the class, so they are not inline: a program
+// that declares `extern template class Engine<...>` for the engines another translation unit
+// instantiates (examples/common/serving_engines.hpp) compiles neither, nor the model, cache and
+// scheduler code they reach. In-class definitions would be instantiated anyway, for inlining.
+template <class Model, class Scheduler, class Backend, class Kv, class Drafter>
+Engine<Model, Scheduler, Backend, Kv, Drafter>::Engine(gguf::File file, EngineOptions options,
+                                                       Drafter drafter, Parallel parallel,
+                                                       Scheduler scheduler)
+    : file_(std::move(file)),
+      options_(options),
+      model_(Model::bind(file_, std::move(parallel))),
+      tokenizer_(tok::tokenizer_from_gguf(file_)),
+      chat_(options.chat_template ? *options.chat_template : tok::chat_template_from_gguf(file_)),
+      metrics_(options.clock),
+      kv_(options.kv_budget_bytes, options.host_swap_bytes, options.prefix_caching, metrics_),
+      scheduler_(std::move(scheduler)),
+      runner_(step_rows(), options.threads > 0 ? options.threads : omp_get_num_procs(),
+              options.int8_activations),
+      speculation_(std::move(drafter), config.vocab),
+      intake_(tokenizer_, chat_, limits(), metrics_) {
+    if constexpr (spec::TargetAttachedDrafter<Drafter, Model>)
+        speculation_.drafter().attach(model_, runner_.workspace().threads());
+    // Model drafters run their passes in the engine's precision.
+    if constexpr (requires { speculation_.drafter().set_int8_activations(true); })
+        speculation_.drafter().set_int8_activations(options.int8_activations);
+}
+
+template <class Model, class Scheduler, class Backend, class Kv, class Drafter>
+bool Engine<Model, Scheduler, Backend, Kv, Drafter>::step() {
+    take_inbox();
+    if (!scheduler_.has_work()) return false;
+    sched::StepPlan const plan = scheduler_.schedule(capacity_);
+    for (RequestId const id : plan.rejected) {
+        finish_without_token(id, FinishReason::aborted,
+                             "the request cannot fit the KV cache even on its own");
+    }
+    for (sched::Preemption const& p : plan.preempted) {
+        speculation_.release(p.id);
+        kv_.preempt(p.id, live_.at(p.id), p.mode);
+    }
+    for (RequestId const id : plan.swapped_in) kv_.swap_in(id, live_.at(id));
+    if (plan.work.empty()) return scheduler_.has_work();
+
+    std::vector<sched::StepOutcome> const outcomes =
+        runner_.run(model_, plan.work, live_, kv_, speculation_, metrics_, failed_, forked_);
+    std::vector<RequestId> const ended = scheduler_.on_step_done(outcomes);
+    // Before the leaders retire: one that ended on its first token still holds the prompt.
+    for (auto const& fork : forked_) start_forked(fork);
+    forked_.clear();
+    for (auto& [id, error] : failed_) {
+        finish_without_token(id, FinishReason::aborted, std::move(error));
+    }
+    failed_.clear();
+    for (RequestId const id : ended) retire(id);
+    if (handoff_.hand_off) hand_off_first_tokens(outcomes);
+    if constexpr (evicts)
+        for (auto& [id, r] : live_) kv_.evict(r.kv);
+    metrics_.on_step(plan.token_count(), kv_.utilization(), kv_.usage());
+    return scheduler_.has_work() || intake_.pending();
+}
 
 }  // namespace tinfer

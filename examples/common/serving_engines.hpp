@@ -1,0 +1,79 @@
+#pragma once
+// The engines serve and generate both run: one per shipped shape (model/shipped_presets.hpp)
+// and KV codec pair (kv::CompiledKvCodecPairs, --kv-cache-dtype), plus the tensor- and
+// pipeline-parallel ones of parallel_engines.hpp under MPI. Each engine is ~8 s of a build at
+// -O2, and both programs compiled all of them. They are instantiated once, in
+// serving_engines_*.cpp (the tinfer_serving_engines library), and declared extern below, so
+// neither program compiles their constructors and step() (Engine defines those out of the
+// class for this), nor the model, cache and scheduler code only those reach.
+//
+// An engine missing from the lists below still works: the program instantiates it itself.
+#include <tinfer/engine/engine.hpp>
+#include <tinfer/kv/codec.hpp>
+#include <tinfer/kv/codec_pairs.hpp>
+#include <tinfer/model/llama.hpp>
+#include <tinfer/presets/presets.hpp>
+#include <tinfer/sched/scheduler.hpp>
+
+#ifdef TINFER_WITH_MPI
+#include <tinfer/distributed/mpi_communicator.hpp>
+#include <tinfer/model/parallel.hpp>
+#include <tinfer/model/pipeline_parallel.hpp>
+#endif
+
+namespace tinfer::examples {
+
+// The programs' scheduler: one reply's prefill runs in chunks of 256 rows.
+using Serving = sched::Scheduler<sched::ContinuousBatching<64, 1024>, sched::ChunkedPrefill<256>,
+                                 sched::PreemptByRecompute, sched::FairShare>;
+
+// The engine of one shipped shape and one KV codec pair (--kv-cache-dtype).
+template <ModelConfig Cfg, class Codecs = kv::KvCodecPair<kv::Fp32Codec>>
+using ServingEngineFor = Engine<model::Llama<Cfg>, Serving, Host,
+                                PagedKv<16, typename Codecs::Key, typename Codecs::Value>>;
+
+}  // namespace tinfer::examples
+
+namespace tinfer {
+
+// One line per engine, the pairs in kv::CompiledKvCodecPairs' order.
+extern template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Host,
+                             PagedKv<16, kv::Fp32Codec, kv::Fp32Codec>>;
+extern template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Host,
+                             PagedKv<16, kv::Fp16Codec, kv::Fp16Codec>>;
+extern template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Host,
+                             PagedKv<16, kv::Bf16Codec, kv::Bf16Codec>>;
+extern template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Host,
+                             PagedKv<16, kv::Fp8E4M3Codec, kv::Fp8E4M3Codec>>;
+extern template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Host,
+                             PagedKv<16, kv::Int8Codec, kv::Int8Codec>>;
+extern template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Host,
+                             PagedKv<16, kv::Int8Codec, kv::Int4Codec>>;
+
+extern template class Engine<model::Llama<presets::gemma3_270m>, examples::Serving, Host,
+                             PagedKv<16, kv::Fp32Codec, kv::Fp32Codec>>;
+extern template class Engine<model::Llama<presets::gemma3_270m>, examples::Serving, Host,
+                             PagedKv<16, kv::Fp16Codec, kv::Fp16Codec>>;
+extern template class Engine<model::Llama<presets::gemma3_270m>, examples::Serving, Host,
+                             PagedKv<16, kv::Bf16Codec, kv::Bf16Codec>>;
+extern template class Engine<model::Llama<presets::gemma3_270m>, examples::Serving, Host,
+                             PagedKv<16, kv::Fp8E4M3Codec, kv::Fp8E4M3Codec>>;
+extern template class Engine<model::Llama<presets::gemma3_270m>, examples::Serving, Host,
+                             PagedKv<16, kv::Int8Codec, kv::Int8Codec>>;
+extern template class Engine<model::Llama<presets::gemma3_270m>, examples::Serving, Host,
+                             PagedKv<16, kv::Int8Codec, kv::Int4Codec>>;
+
+#ifdef TINFER_WITH_MPI
+// parallel_engines.hpp's: SmolLM2 at TP 3 and over 2 stages, Gemma 3 at TP 2 (float32 KV).
+extern template class Engine<
+    model::Llama<presets::smollm2_135m, model::TensorParallel<3, distributed::MpiCommunicator>>,
+    examples::Serving>;
+extern template class Engine<
+    model::Llama<presets::smollm2_135m, model::PipelineParallel<2, distributed::MpiCommunicator>>,
+    examples::Serving>;
+extern template class Engine<
+    model::Llama<presets::gemma3_270m, model::TensorParallel<2, distributed::MpiCommunicator>>,
+    examples::Serving>;
+#endif
+
+}  // namespace tinfer
