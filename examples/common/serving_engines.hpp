@@ -46,7 +46,11 @@ extern template class Engine<model::Llama<presets::smollm2_135m>, examples::Serv
 extern template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Host,
                              PagedKv<16, kv::Fp8E4M3Codec, kv::Fp8E4M3Codec>>;
 extern template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Host,
+                             PagedKv<16, kv::Fp8E5M2Codec, kv::Fp8E5M2Codec>>;
+extern template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Host,
                              PagedKv<16, kv::Int8Codec, kv::Int8Codec>>;
+extern template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Host,
+                             PagedKv<16, kv::Int4Codec, kv::Int4Codec>>;
 extern template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Host,
                              PagedKv<16, kv::Int8Codec, kv::Int4Codec>>;
 
@@ -59,7 +63,11 @@ extern template class Engine<model::Llama<presets::gemma3_270m>, examples::Servi
 extern template class Engine<model::Llama<presets::gemma3_270m>, examples::Serving, Host,
                              PagedKv<16, kv::Fp8E4M3Codec, kv::Fp8E4M3Codec>>;
 extern template class Engine<model::Llama<presets::gemma3_270m>, examples::Serving, Host,
+                             PagedKv<16, kv::Fp8E5M2Codec, kv::Fp8E5M2Codec>>;
+extern template class Engine<model::Llama<presets::gemma3_270m>, examples::Serving, Host,
                              PagedKv<16, kv::Int8Codec, kv::Int8Codec>>;
+extern template class Engine<model::Llama<presets::gemma3_270m>, examples::Serving, Host,
+                             PagedKv<16, kv::Int4Codec, kv::Int4Codec>>;
 extern template class Engine<model::Llama<presets::gemma3_270m>, examples::Serving, Host,
                              PagedKv<16, kv::Int8Codec, kv::Int4Codec>>;
 

@@ -12,7 +12,11 @@ template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Ho
 template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Host,
                       PagedKv<16, kv::Fp8E4M3Codec, kv::Fp8E4M3Codec>>;
 template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Host,
+                      PagedKv<16, kv::Fp8E5M2Codec, kv::Fp8E5M2Codec>>;
+template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Host,
                       PagedKv<16, kv::Int8Codec, kv::Int8Codec>>;
+template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Host,
+                      PagedKv<16, kv::Int4Codec, kv::Int4Codec>>;
 template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Host,
                       PagedKv<16, kv::Int8Codec, kv::Int4Codec>>;
 

@@ -209,9 +209,14 @@ BOOST_AUTO_TEST_CASE(int4_constant_groups_are_exact) {
 // refused naming the list. The expected table is written here, not read from the list.
 BOOST_AUTO_TEST_CASE(codec_pairs_are_chosen_by_name_at_run_time) {
     std::vector<std::pair<std::string, std::pair<DType, DType>>> const expected = {
-        {"fp32", {DType::f32, DType::f32}},   {"fp16", {DType::f16, DType::f16}},
-        {"bf16", {DType::bf16, DType::bf16}}, {"fp8_e4m3", {DType::fp8_e4m3, DType::fp8_e4m3}},
-        {"int8", {DType::int8, DType::int8}}, {"int8,int4", {DType::int8, DType::int4}}};
+        {"fp32", {DType::f32, DType::f32}},
+        {"fp16", {DType::f16, DType::f16}},
+        {"bf16", {DType::bf16, DType::bf16}},
+        {"fp8_e4m3", {DType::fp8_e4m3, DType::fp8_e4m3}},
+        {"fp8_e5m2", {DType::fp8_e5m2, DType::fp8_e5m2}},
+        {"int8", {DType::int8, DType::int8}},
+        {"int4", {DType::int4, DType::int4}},
+        {"int8,int4", {DType::int8, DType::int4}}};
     BOOST_TEST(kv_codec_pair_names().size() == expected.size());
     auto const dtypes_of = []<class Pair>() {
         return std::pair{Pair::Key::dtype, Pair::Value::dtype};
@@ -233,7 +238,8 @@ BOOST_AUTO_TEST_CASE(codec_pairs_are_chosen_by_name_at_run_time) {
                 with_kv_codecs(refused, dtypes_of), tinfer::Error, [](tinfer::Error const& e) {
                     std::string const what = e.what();
                     BOOST_TEST_MESSAGE(what);
-                    return what.find("fp32, fp16, bf16, fp8_e4m3, int8, int8,int4") !=
+                    return what.find(
+                               "fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int8, int4, int8,int4") !=
                            std::string::npos;
                 });
         }

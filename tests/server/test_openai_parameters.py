@@ -515,7 +515,8 @@ def test_operator_flags(args, greedy_text, fp32_blocks):
               "schema answers with drafts validate")
     # Each compiled --kv-cache-dtype pair serves, and one budget holds as many more blocks as
     # its codecs are smaller than fp32 (lower bounds a little under the byte ratios).
-    for dtype, ratio in (("bf16", 1.9), ("fp8_e4m3", 3.5), ("int8", 3.5), ("int8,int4", 4.2)):
+    for dtype, ratio in (("bf16", 1.9), ("fp8_e4m3", 3.5), ("fp8_e5m2", 3.5), ("int8", 3.5),
+                         ("int4", 5.0), ("int8,int4", 4.2)):
         with Server(args.server, args.model, "--threads", args.threads, "--kv-cache-dtype",
                     dtype) as server:
             client = openai.OpenAI(base_url=server.url(), api_key="none", max_retries=0,

@@ -41,12 +41,12 @@ struct KvCodecPairList {
     static std::vector<std::string> names() { return {Pairs::name()...}; }
 };
 
-// The pairs the library's programs offer: the plain float formats each for K and V, and int8
-// keys with int4 values (the pair kv-cache.md measures as the smallest with usable accuracy).
+// The pairs the library's programs offer: every codec for K and V alike, and int8 keys with
+// int4 values (the pair kv-cache.md measures as the smallest with usable accuracy).
 using CompiledKvCodecPairs =
     KvCodecPairList<KvCodecPair<Fp32Codec>, KvCodecPair<Fp16Codec>, KvCodecPair<Bf16Codec>,
-                    KvCodecPair<Fp8E4M3Codec>, KvCodecPair<Int8Codec>,
-                    KvCodecPair<Int8Codec, Int4Codec>>;
+                    KvCodecPair<Fp8E4M3Codec>, KvCodecPair<Fp8E5M2Codec>, KvCodecPair<Int8Codec>,
+                    KvCodecPair<Int4Codec>, KvCodecPair<Int8Codec, Int4Codec>>;
 
 template <class List = CompiledKvCodecPairs>
 std::vector<std::string> kv_codec_pair_names() {
