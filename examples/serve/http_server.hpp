@@ -216,13 +216,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
     void read_header() {
         // A total for the whole header, not per read: trickled bytes do not extend it.
         stream_.expires_after(settings().header_deadline);
-        http::async_read_header(stream_, buffer_, *parser_,
-                                [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                                    self->on_header(ec);
-                                });
+        http::async_read_header(
+            stream_, buffer_, *parser_,
+            [self = shared_from_this()](beast::error_code ec, std::size_t header_bytes) {
+                self->on_header(ec, header_bytes);
+            });
     }
 
-    void on_header(beast::error_code ec) {
+    // `header_bytes`: what the parser consumed, the whole header (it stops there).
+    void on_header(beast::error_code ec, std::size_t header_bytes) {
+        if (!ec && http_limits::header_over_limit(header_bytes, settings().max_header_bytes))
+            ec = http::error::header_limit;
         if (ec) return read_failed(ec);
         if (parser_->is_done()) return dispatch();
         auto const& header = parser_->get();

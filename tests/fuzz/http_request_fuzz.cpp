@@ -66,7 +66,9 @@ std::string describe(http::request<http::string_body> const& r) {
 // in the buffer and is offered again with the next read; end of stream after the last piece.
 Outcome parse(std::string_view stream, std::vector<std::size_t> pieces, Parser& parser) {
     limit(parser);
-    parser.eager(true);
+    // As the server reads: the header alone first (http::async_read_header, not eager), so
+    // what a put consumed up to there is the header; then the body, eagerly.
+    parser.eager(false);
     std::size_t const cut = std::min(stream.size(), [&] {
         std::size_t total = 0;
         for (std::size_t p : pieces) total += p;
@@ -82,8 +84,16 @@ Outcome parse(std::string_view stream, std::vector<std::size_t> pieces, Parser& 
         buffer.append(stream.substr(delivered, n));
         delivered += n;
         while (!buffer.empty() && !parser.is_done()) {
+            bool const header_was_done = parser.is_header_done();
             std::size_t const used = parser.put(boost::asio::buffer(buffer), ec);
             buffer.erase(0, used);
+            if (!ec && !header_was_done && parser.is_header_done()) {
+                // The front end's own check of a complete header (http_server.hpp's on_header).
+                if (serve::http_limits::header_over_limit(delivered - buffer.size(),
+                                                          serve::http_limits::max_header_bytes))
+                    ec = http::error::header_limit;
+                parser.eager(true);
+            }
             if (ec == http::error::need_more) {
                 ec = {};
                 break;
