@@ -11,12 +11,14 @@
 // shipped shape it fits, and the engine is most of a program's build time).
 #include <unistd.h>
 
+#include <concepts>
 #include <cstddef>
 #include <iostream>
 #include <iterator>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include <CLI/CLI.hpp>
@@ -88,12 +90,43 @@ struct LockstepRanks {
 };
 #endif
 
-// The engine: the whole model, or this rank's part of it (`ranks` given).
+// --draft-model FILE (serve, generate), checked before anything loads: it drafts
+// --speculative-tokens per step, in one process, over a float32 KV cache (the engines
+// serving_engines.hpp compiles for it).
+inline void check_draft_model_options(std::string const& draft_model, int speculative_tokens,
+                                      std::string const& kv_cache_dtype,
+                                      ParallelSplit const& split) {
+    if (draft_model.empty()) return;
+    if (speculative_tokens == 0)
+        throw std::runtime_error(
+            "--draft-model needs --speculative-tokens N (the draft tokens per step)");
+    if (split.split())
+        throw std::runtime_error("--draft-model cannot be combined with --tp or --pp");
+    if (kv_cache_dtype != "fp32")
+        throw std::runtime_error("--kv-cache-dtype " + kv_cache_dtype +
+                                 " is not supported with --draft-model: fp32 only");
+}
+
+// The engine: the whole model, or this rank's part of it (`ranks` given). An engine whose
+// drafter is a separate model (spec::DraftModelDrafter) binds it to `draft_model`, a file of the
+// engine's shape; another is refused naming the flag.
 template <class ParallelEngine>
 ParallelEngine make_engine(gguf::File file, EngineOptions options,
-                           [[maybe_unused]] LockstepRanks* ranks) {
+                           [[maybe_unused]] LockstepRanks* ranks,
+                           [[maybe_unused]] std::string const& draft_model = {}) {
     using Parallel = typename ParallelEngine::Parallel;
-    if constexpr (Parallel::degree == 1) {
+    using Drafter = std::remove_cvref_t<decltype(std::declval<ParallelEngine const&>().drafter())>;
+    if constexpr (!std::default_initializable<Drafter>) {
+        static_assert(Parallel::degree == 1, "make_engine: a draft model runs in one process");
+        auto drafter = [&] {
+            try {
+                return Drafter(gguf::File::open(draft_model));
+            } catch (std::exception const& e) {
+                throw std::runtime_error("--draft-model " + draft_model + ": " + e.what());
+            }
+        }();
+        return ParallelEngine(std::move(file), std::move(options), std::move(drafter));
+    } else if constexpr (Parallel::degree == 1) {
         return ParallelEngine(std::move(file), std::move(options));
     } else {
 #ifdef TINFER_WITH_MPI

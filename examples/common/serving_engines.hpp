@@ -1,11 +1,12 @@
 #pragma once
 // The engines serve and generate both run: one per shipped shape (model/shipped_presets.hpp)
-// and KV codec pair (kv::CompiledKvCodecPairs, --kv-cache-dtype), plus the tensor- and
-// pipeline-parallel ones of parallel_engines.hpp under MPI. Each engine is ~8 s of a build at
-// -O2, and both programs compiled all of them. They are instantiated once, in
+// and KV codec pair (kv::CompiledKvCodecPairs, --kv-cache-dtype), serve's --draft-model ones,
+// and the tensor- and pipeline-parallel ones of parallel_engines.hpp under MPI. Both programs
+// compiled all of them (serve 227 s, generate 139 s at -O2). They are instantiated once, in
 // serving_engines_*.cpp (the tinfer_serving_engines library), and declared extern below, so
 // neither program compiles their constructors and step() (Engine defines those out of the
-// class for this), nor the model, cache and scheduler code only those reach.
+// class for this), nor the model, cache and scheduler code only those reach. A shape's engines
+// share most of that code: a codec pair adds ~2 s of compile to its shape's unit.
 //
 // An engine missing from the lists below still works: the program instantiates it itself.
 #include <tinfer/engine/engine.hpp>
@@ -14,6 +15,7 @@
 #include <tinfer/model/llama.hpp>
 #include <tinfer/presets/presets.hpp>
 #include <tinfer/sched/scheduler.hpp>
+#include <tinfer/speculative/model_drafters.hpp>
 
 #ifdef TINFER_WITH_MPI
 #include <tinfer/distributed/mpi_communicator.hpp>
@@ -31,6 +33,12 @@ using Serving = sched::Scheduler<sched::ContinuousBatching<64, 1024>, sched::Chu
 template <ModelConfig Cfg, class Codecs = kv::KvCodecPair<kv::Fp32Codec>>
 using ServingEngineFor = Engine<model::Llama<Cfg>, Serving, Host,
                                 PagedKv<16, typename Codecs::Key, typename Codecs::Value>>;
+
+// serve --draft-model: a separate model of the same shape drafts (another quantization of it;
+// the shipped shapes' vocabularies differ, so no other pairing could verify). Float32 KV.
+template <ModelConfig Cfg>
+using DraftedServingEngineFor = Engine<model::Llama<Cfg>, Serving, Host, PagedKv<16>,
+                                       spec::DraftModelDrafter<model::Llama<Cfg>>>;
 
 }  // namespace tinfer::examples
 
@@ -70,6 +78,14 @@ extern template class Engine<model::Llama<presets::gemma3_270m>, examples::Servi
                              PagedKv<16, kv::Int4Codec, kv::Int4Codec>>;
 extern template class Engine<model::Llama<presets::gemma3_270m>, examples::Serving, Host,
                              PagedKv<16, kv::Int8Codec, kv::Int4Codec>>;
+
+// serve's --draft-model engines (DraftedServingEngineFor).
+extern template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Host,
+                             PagedKv<16>,
+                             spec::DraftModelDrafter<model::Llama<presets::smollm2_135m>>>;
+extern template class Engine<model::Llama<presets::gemma3_270m>, examples::Serving, Host,
+                             PagedKv<16>,
+                             spec::DraftModelDrafter<model::Llama<presets::gemma3_270m>>>;
 
 #ifdef TINFER_WITH_MPI
 // parallel_engines.hpp's: SmolLM2 at TP 3 and over 2 stages, Gemma 3 at TP 2 (float32 KV).

@@ -19,5 +19,8 @@ template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Ho
                       PagedKv<16, kv::Int4Codec, kv::Int4Codec>>;
 template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Host,
                       PagedKv<16, kv::Int8Codec, kv::Int4Codec>>;
+// serve --draft-model's.
+template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Host, PagedKv<16>,
+                      spec::DraftModelDrafter<model::Llama<presets::smollm2_135m>>>;
 
 }  // namespace tinfer

@@ -71,7 +71,8 @@ struct Options {
     tinfer::examples::ParallelSplit split;  // --tp, --pp, --micro-batches
     std::string precision = "int8";
     std::string kv_cache_dtype = "fp32";  // the KV codecs, serve's names (kv/codec_pairs.hpp)
-    int speculative_tokens = 0;           // γ of prompt-lookup speculation; 0: off
+    int speculative_tokens = 0;           // γ of speculation (prompt lookup or --draft-model)
+    std::string draft_model;              // a GGUF of the model's shape that drafts
     std::string grammar_file;             // --grammar: GBNF-like grammar text
     std::string
         json_schema_file;  // --json-schema: a JSON Schema (grammar/json_schema.hpp's subset)
@@ -169,7 +170,7 @@ int run(tinfer::gguf::File file, Options const& options,
                                               .prefix_caching = true,
                                               .int8_activations = options.precision == "int8",
                                               .chat_template = std::move(chat_template)},
-                                             ranks);
+                                             ranks, options.draft_model);
     if (std::optional<int> const follower_exit = examples::join_lockstep(engine, ranks, "generate"))
         return *follower_exit;
 
@@ -332,10 +333,16 @@ int main(int argc, char** argv) {
         ->capture_default_str()
         ->check(CLI::IsMember(tinfer::kv::kv_codec_pair_names()));
     app.add_option("--speculative-tokens", options.speculative_tokens,
-                   "Speculative decoding by prompt lookup (n-grams of 3 down to 1 tokens): "
+                   "Speculative decoding, by prompt lookup (n-grams of 3 down to 1 tokens) or "
+                   "--draft-model: "
                    "draft tokens verified per decode step (0: off); greedy output is unchanged")
         ->capture_default_str()
         ->check(CLI::Range(0, max_speculative_tokens));
+    app.add_option("--draft-model", options.draft_model,
+                   "A draft model for --speculative-tokens instead of prompt lookup: a GGUF of "
+                   "the model's shape and vocabulary (e.g. another quantization of it); float32 "
+                   "KV cache, one process")
+        ->check(CLI::ExistingFile);
     tinfer::examples::add_split_options(app, options.split, "generate", "prints");
     CLI11_PARSE(app, argc, argv);
 
@@ -357,6 +364,8 @@ int main(int argc, char** argv) {
                     ": the ranks' lockstep carries a request's tokens and settings, not its "
                     "grammar");
         }
+        tinfer::examples::check_draft_model_options(options.draft_model, options.speculative_tokens,
+                                                    options.kv_cache_dtype, options.split);
         auto file = tinfer::gguf::File::open(options.model);
         if (options.split.split()) {
             return tinfer::examples::with_parallel_engine<Serving>(
@@ -366,6 +375,9 @@ int main(int argc, char** argv) {
                 });
         }
         return tinfer::model::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
+            if (!options.draft_model.empty())
+                return run<tinfer::examples::DraftedServingEngineFor<Cfg>>(std::move(file),
+                                                                           options);
             return tinfer::kv::with_kv_codecs(options.kv_cache_dtype, [&]<class Codecs>() {
                 return run<EngineFor<Cfg, Codecs>>(std::move(file), options);
             });

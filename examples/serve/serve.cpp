@@ -108,7 +108,8 @@ struct Options {
     std::string kv_cache_dtype = "fp32";
     std::string api_key;  // empty: no authentication
     bool prefix_caching = true;
-    int speculative_tokens = 0;  // γ of prompt-lookup speculation; 0: off
+    int speculative_tokens = 0;  // γ of speculation (prompt lookup, or --draft-model); 0: off
+    std::string draft_model;     // a GGUF of the target's shape that drafts; empty: prompt lookup
     std::string role;            // prefill or decode under mpirun; empty: colocated
     std::string chat_template;   // a Jinja file or a built-in's name; empty: the file's own
     // --tp / --pp: ranks of mpirun, each with its shard or its stage of the model
@@ -1064,7 +1065,7 @@ int run(Options const& options, sigset_t const& stop_signals, tinfer::gguf::File
          .prefix_caching = options.prefix_caching,
          .int8_activations = options.precision == "int8",
          .chat_template = std::move(chat_template)},
-        ranks);
+        ranks, options.draft_model);
     if (std::optional<int> const follower_exit =
             tinfer::examples::join_lockstep(engine, ranks, "serve"))
         return *follower_exit;
@@ -1253,11 +1254,17 @@ int main(int argc, char** argv) {
     app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", options.prefix_caching,
                  "Reuse the KV of prompt prefixes other requests computed (default: on)");
     app.add_option("--speculative-tokens", options.speculative_tokens,
-                   "Speculative decoding by prompt lookup (n-grams of 3 down to 1 tokens): "
+                   "Speculative decoding, by prompt lookup (n-grams of 3 down to 1 tokens) or "
+                   "--draft-model: "
                    "draft tokens verified per decode step (0: off). Requests with logprobs "
                    "decode without drafts")
         ->capture_default_str()
         ->check(CLI::Range(0, max_speculative_tokens));
+    app.add_option("--draft-model", options.draft_model,
+                   "A draft model for --speculative-tokens instead of prompt lookup: a GGUF of "
+                   "the served model's shape and vocabulary (e.g. another quantization of it); "
+                   "float32 KV cache, one process")
+        ->check(CLI::ExistingFile);
     app.add_option("--chat-template", options.chat_template,
                    "Chat template: a Jinja file, or chatml / smollm2 / gemma (built in); "
                    "default: the file's own");
@@ -1288,6 +1295,10 @@ int main(int argc, char** argv) {
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     std::optional<RoleSession> role;  // outlives the try: MPI must be up to abort the job
     try {
+        tinfer::examples::check_draft_model_options(options.draft_model, options.speculative_tokens,
+                                                    options.kv_cache_dtype, options.split);
+        if (!options.draft_model.empty() && !options.role.empty())
+            throw std::runtime_error("--draft-model cannot be combined with --role");
         if (options.split.split()) {
             // One split per run, and each refuses what it cannot carry, before MPI starts.
             char const* const flag = options.split.pipeline > 1 ? "--pp" : "--tp";
@@ -1315,6 +1326,9 @@ int main(int argc, char** argv) {
                 });
         }
         return tinfer::model::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
+            if (!options.draft_model.empty())
+                return run<tinfer::examples::DraftedServingEngineFor<Cfg>>(
+                    options, stop_signals, std::move(file), role ? &*role : nullptr);
             return tinfer::kv::with_kv_codecs(options.kv_cache_dtype, [&]<class Codecs>() {
                 return run<ServingEngineFor<Cfg, Codecs>>(options, stop_signals, std::move(file),
                                                           role ? &*role : nullptr);

@@ -12,7 +12,9 @@
 - the penalties reach the sampler (a strong presence penalty changes a repetitive greedy
   answer; an invalid one is refused naming the field);
 - --speculative-tokens 4 (prompt lookup) gives the greedy answer without it, with drafts
-  accepted; --kv-cache-dtype int8 runs and answers; an unknown dtype is refused naming the flag;
+  accepted; --draft-model (the model drafting for itself) gives that answer too, nearly every
+  draft kept, and is refused without --speculative-tokens; --kv-cache-dtype int8 runs and
+  answers; an unknown dtype is refused naming the flag;
 - the timing report (TTFT, TPOT, prefill and decode tokens/s) is on stderr;
 - with --mpirun: `mpirun -n 2 generate --pp 2` (each rank's engine over 15 of SmolLM2's 30
   layers, in lockstep) prints one process's greedy answer exactly (a stage boundary moves floats
@@ -142,6 +144,22 @@ def main():
           f"--speculative-tokens 4 gives the greedy answer ({out_spec!r} vs {out_plain!r})")
     check(accepted and int(accepted[0][0]) > 0,
           f"--speculative-tokens 4 accepts drafts ({accepted}: {err_spec[-300:]!r})")
+
+    # --draft-model: the model drafting for itself gives the same answer, nearly every draft
+    # kept (batch-invariant greedy passes); without --speculative-tokens it is refused.
+    code_draft, out_draft, err_draft = run("--prompt", counting, "--max-tokens", "16",
+                                           "--speculative-tokens", "4", "--draft-model",
+                                           args.model)
+    accepted = re.findall(r"speculative decoding: (\d+) of (\d+) draft tokens accepted",
+                          err_draft)
+    check(code_draft == 0 and out_draft == out_plain,
+          f"--draft-model gives the greedy answer ({out_draft!r} vs {out_plain!r}: "
+          f"{err_draft[-300:]!r})")
+    check(accepted and int(accepted[0][0]) >= 0.9 * int(accepted[0][1]) > 0,
+          f"--draft-model (itself) keeps nearly every draft ({accepted})")
+    code, _, err = run("--prompt", "x", "--draft-model", args.model)
+    check(code != 0 and "--draft-model needs --speculative-tokens" in err,
+          f"--draft-model without --speculative-tokens is refused ({code}: {err[-200:]!r})")
 
     # --kv-cache-dtype: a compiled-in pair runs and answers; an unknown one is refused by name.
     code, out, err = run("--prompt", "The capital of France is", "--max-tokens", "6",

@@ -23,9 +23,11 @@
     open), the client with the key works; drafts are proposed and accepted and greedy output
     is unchanged; no prefix-cache hits; the shorter context is offered and enforced. Servers
     with each compiled --kv-cache-dtype pair serve and fit as many more blocks in one budget
-    as their codecs are smaller. A
-    --speculative-tokens past its range, and a codec pair not compiled in, are refused at
-    start-up.
+    as their codecs are smaller. A server with --draft-model (the model drafting for itself):
+    drafts proposed and nearly all kept, greedy output unchanged. A --speculative-tokens past
+    its range, a codec pair not compiled in, and --draft-model without --speculative-tokens,
+    with a KV codec other than fp32, or of another shape (--other-model, Gemma 3), are refused
+    at start-up naming the flag.
 Exit codes: 0 pass, 1 fail, 77 skipped (as test_openai_clients.py).
 """
 import argparse
@@ -529,11 +531,37 @@ def test_operator_flags(args, greedy_text, fp32_blocks):
                   f"{dtype} KV: {blocks} blocks vs {fp32_blocks} at fp32")
             print(f"  --kv-cache-dtype {dtype}: {blocks:.0f} blocks where fp32 has "
                   f"{fp32_blocks:.0f}; greedy {r.choices[0].text!r}")
-    for flag, value in (("--speculative-tokens", "100000"), ("--kv-cache-dtype", "int3")):
-        bad = subprocess.run([args.server, "--model", args.model, flag, value],
+    # A separate draft model: the served file drafting for itself, so under greedy decoding
+    # (batch-invariant forward passes) nearly every draft is kept, and the answer is unchanged.
+    with Server(args.server, args.model, "--threads", args.threads, "--draft-model", args.model,
+                "--speculative-tokens", "4") as server:
+        client = openai.OpenAI(base_url=server.url(), api_key="none", max_retries=0, timeout=120)
+        name = client.models.list().data[0].id
+        text = client.completions.create(model=name, prompt=PROMPT, max_tokens=24,
+                                         temperature=0).choices[0].text
+        after = metrics(server.port)
+        drafted = after["tinfer:spec_decode_num_draft_tokens_total"]
+        accepted = after["tinfer:spec_decode_num_accepted_tokens_total"]
+        check(drafted > 0 and accepted >= 0.9 * drafted,
+              f"--draft-model: {accepted} of {drafted} drafts kept")
+        check(text == greedy_text, f"--draft-model changed greedy output: {text!r} vs "
+              f"{greedy_text!r}")
+        print(f"  --draft-model (itself): {accepted:.0f} of {drafted:.0f} drafts kept; greedy "
+              "unchanged")
+    refusals = [(["--speculative-tokens", "100000"], "--speculative-tokens"),
+                (["--kv-cache-dtype", "int3"], "--kv-cache-dtype"),
+                (["--draft-model", args.model], "--draft-model"),
+                (["--draft-model", args.model, "--speculative-tokens", "4", "--kv-cache-dtype",
+                  "int8"], "--draft-model")]
+    if args.other_model:
+        refusals.append((["--draft-model", args.other_model, "--speculative-tokens", "4"],
+                         "--draft-model"))
+    for flags, named in refusals:
+        bad = subprocess.run([args.server, "--model", args.model, *flags],
                              capture_output=True, text=True, timeout=60)
-        check(bad.returncode != 0 and flag in bad.stdout + bad.stderr,
-              f"{flag} {value}: {bad.returncode} {bad.stderr[-200:]}")
+        check(bad.returncode != 0 and named in bad.stdout + bad.stderr,
+              f"{flags}: {bad.returncode} {bad.stderr[-200:]}")
+        print(f"  refused {' '.join(flags)}: {(bad.stdout + bad.stderr).strip()[-160:]}")
 
 
 def main():
@@ -541,6 +569,8 @@ def main():
     parser.add_argument("--server", default="")
     parser.add_argument("--model", required=True)
     parser.add_argument("--threads", default="2")
+    parser.add_argument("--other-model", default="",
+                        help="a GGUF of another shape, refused as --model's --draft-model")
     parser.add_argument("--only", default="")
     args = parser.parse_args()
     try:
