@@ -140,9 +140,11 @@ rm -f "$work_dir"/crash-* "$work_dir"/leak-* "$work_dir"/timeout-* "$work_dir"/o
 status=$?
 grep -v '^"' "$log" | tail -n 25  # without the recommended-dictionary lines
 runs=$(grep -Eo 'Done [0-9]+ runs' "$log" | grep -Eo '[0-9]+' | tail -n 1)
+# A run that stopped at a crash prints no 'Done' line; its statistics still count the inputs.
+executed=${runs:-$(grep -Eo 'number_of_executed_units: *[0-9]+' "$log" | grep -Eo '[0-9]+$' | tail -n 1)}
 crashes=$(find "$work_dir" -maxdepth 1 \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' \
     -o -name 'oom-*' \) | wc -l)
-echo "$target: ${runs:-0} executions in ${seconds} s, $crashes crashes (exit status $status)"
+echo "$target: ${executed:-0} executions in ${seconds} s, $crashes crashes (exit status $status)"
 if [ "$status" -ne 0 ]; then
     echo "FAIL: the fuzzer found a crash; the reproducer (crash-*/leak-*/timeout-*/oom-*) is in" \
         "$work_dir; rerun it with: $binary <file>"
