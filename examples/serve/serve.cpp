@@ -310,13 +310,48 @@ struct ChoiceState {
     std::string error;
 };
 
+// What the HTTP front end uses of an engine: one front end for every engine type (21 of them,
+// common/serving_engines.hpp), compiled once instead of once per engine (serve.cpp took 200 s
+// of CI's build with the front end a template over the engine). The calls it forwards are per
+// request, not per token. submit and abort are the engine's thread-safe entry points.
+class EngineAccess {
+  public:
+    virtual ~EngineAccess() = default;
+    virtual tinfer::sched::RequestId submit(tinfer::GenerationRequest request,
+                                            tinfer::TokenCallback callback) = 0;
+    virtual void abort(tinfer::sched::RequestId id) = 0;
+    virtual tinfer::tok::Tokenizer const& tokenizer() const = 0;
+    virtual tinfer::tok::ChatTemplate const& chat_template() const = 0;
+    virtual std::int32_t vocab() const = 0;
+    virtual int max_context() const = 0;
+};
+
+template <class ServingEngine>
+class EngineAccessFor final : public EngineAccess {
+  public:
+    explicit EngineAccessFor(ServingEngine& engine) : engine_(engine) {}
+    tinfer::sched::RequestId submit(tinfer::GenerationRequest request,
+                                    tinfer::TokenCallback callback) override {
+        return engine_.submit(std::move(request), std::move(callback));
+    }
+    void abort(tinfer::sched::RequestId id) override { engine_.abort(id); }
+    tinfer::tok::Tokenizer const& tokenizer() const override { return engine_.tokenizer(); }
+    tinfer::tok::ChatTemplate const& chat_template() const override {
+        return engine_.chat_template();
+    }
+    std::int32_t vocab() const override { return ServingEngine::config.vocab; }
+    int max_context() const override { return ServingEngine::config.max_context; }
+
+  private:
+    ServingEngine& engine_;
+};
+
 // The engine requests of one HTTP request (its n choices for each prompt), from submission to
 // the last event. Destroying it aborts whatever has not finished: a handler that returns early,
 // a client that went away.
-template <class ServingEngine>
 class Generation {
   public:
-    Generation(ServingEngine& engine, serve::ServerMetrics& metrics,
+    Generation(EngineAccess& engine, serve::ServerMetrics& metrics,
                AdmissionLimit::Ticket admission, std::function<void()> wake)
         : engine_(engine),
           metrics_(metrics),
@@ -433,7 +468,7 @@ class Generation {
             if (c.submitted && !c.finish) engine_.abort(c.id);
     }
 
-    ServingEngine& engine_;
+    EngineAccess& engine_;
     serve::ServerMetrics& metrics_;
     AdmissionLimit::Ticket admission_;
     std::shared_ptr<EventChannel> channel_;
@@ -480,17 +515,15 @@ struct Prepared {
     std::int64_t prompt_tokens = 0;  // usage: each prompt once, however many choices
 };
 
-template <class ServingEngine>
 class OpenAiServer;
 
 // One generation request from submission to its last byte, on its connection's strand: woken
 // by its tokens (EventChannel), by its client going away (Exchange::on_gone) and by a slow
 // timer that looks at the server's state. It keeps itself alive until it is done.
-template <class ServingEngine>
-class GenerationTask : public std::enable_shared_from_this<GenerationTask<ServingEngine>> {
+class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   public:
-    GenerationTask(OpenAiServer<ServingEngine> const& api,
-                   std::shared_ptr<serve::Exchange> exchange, Prepared prepared)
+    GenerationTask(OpenAiServer const& api, std::shared_ptr<serve::Exchange> exchange,
+                   Prepared prepared)
         : api_(api),
           exchange_(std::move(exchange)),
           prepared_(std::move(prepared)),
@@ -498,7 +531,7 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask<Servin
 
     // Runs on the engine thread: at most one wake-up is posted at a time.
     std::function<void()> waker() {
-        return [weak = this->weak_from_this(), executor = exchange_->executor(), posted = posted_] {
+        return [weak = weak_from_this(), executor = exchange_->executor(), posted = posted_] {
             if (posted->exchange(true)) return;
             net::post(executor, [weak, posted] {
                 posted->store(false);
@@ -507,32 +540,12 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask<Servin
         };
     }
 
-    void set_generation(std::shared_ptr<Generation<ServingEngine>> generation) {
+    void set_generation(std::shared_ptr<Generation> generation) {
         generation_ = std::move(generation);
     }
 
     // On the strand, once the engine has the request.
-    void start() {
-        if (!exchange_->active()) return finish();  // the client left before this ran
-        self_ = this->shared_from_this();
-        exchange_->on_gone([self = this->shared_from_this()] { self->finish(); });
-        if (prepared_.request.stream) {
-            exchange_->begin_stream("text/event-stream", {{"Cache-Control", "no-cache"}});
-            // OpenAI's first chat chunk carries the role alone.
-            if (prepared_.request.chat) {
-                json choices = json::array();
-                for (std::size_t i = 0; i < generation_->choices().size(); ++i)
-                    choices.push_back({{"index", i},
-                                       {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                       {"logprobs", nullptr},
-                                       {"finish_reason", nullptr}});
-                exchange_->write(sse(api_.chunk(prepared_, std::move(choices))));
-            }
-        }
-        started_ = true;
-        check_state();
-        pump();
-    }
+    void start();
 
   private:
     void pump() {
@@ -545,69 +558,11 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask<Servin
 
     // A streamed answer: SSE chunks as tokens arrive, then the usage chunk if asked, then
     // [DONE].
-    void pump_stream() {
-        Prepared const& p = prepared_;
-        Generation<ServingEngine>& g = *generation_;
-        std::string out;
-        for (ChoiceUpdate& u : g.next()) {
-            if (!u.error.empty()) out += sse(serve::error_object(u.error, "invalid_request_error"));
-            if (u.text.empty() && u.logprobs.empty() && !u.finish_reason) continue;
-            json choice{
-                {"index", u.choice},
-                {"logprobs", api_.logprobs_of(p, u.logprobs, u.logprob_offset)},
-                {"finish_reason", u.finish_reason ? json(*u.finish_reason) : json(nullptr)}};
-            if (p.request.chat)
-                choice["delta"] = {{"content", std::move(u.text)}};
-            else
-                choice["text"] = std::move(u.text);
-            out += sse(api_.chunk(p, json::array({std::move(choice)})));
-        }
-        bool const done = g.finished();
-        if (done) {
-            if (p.request.include_usage) {
-                std::int64_t completion_tokens = 0;
-                for (ChoiceState const& c : g.choices()) completion_tokens += c.tokens;
-                json last = api_.chunk(p, json::array());
-                last["usage"] = serve::usage_object(p.prompt_tokens, completion_tokens);
-                out += sse(last);
-            }
-            out += "data: [DONE]\n\n";
-        }
-        exchange_->write(out);
-        if (done) {
-            exchange_->end_stream();
-            finish();
-        }
-    }
+    void pump_stream();
 
-    void pump_answer() {
-        generation_->next();
-        if (!generation_->finished()) return;
-        exchange_->reply(
-            api_.answering_errors([&] { return api_.answer(prepared_, *generation_); }));
-        finish();
-    }
+    void pump_answer();
 
-    void check_state() {
-        timer_.expires_after(state_check_interval);
-        timer_.async_wait([self = this->shared_from_this()](boost::system::error_code ec) {
-            if (ec || !self->generation_) return;
-            ServerState const& state = self->api_.state();
-            if (state.engine_failed || state.stopping) {
-                if (self->prepared_.request.stream)
-                    self->exchange_->abandon();
-                else if (state.engine_failed)
-                    self->exchange_->reply(json_reply(
-                        500, serve::error_object("the engine has failed", "server_error")));
-                else
-                    self->exchange_->reply(json_reply(
-                        503, serve::error_object("the server is shutting down", "server_error")));
-                return self->finish();
-            }
-            self->pump();  // a lost wake-up costs one interval, not the request
-            if (self->generation_) self->check_state();
-        });
-    }
+    void check_state();
 
     // Ends the task: what has not finished is aborted (~Generation).
     void finish() {
@@ -616,20 +571,19 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask<Servin
         auto keep = std::move(self_);  // destroyed at the end of this call
     }
 
-    OpenAiServer<ServingEngine> const& api_;
+    OpenAiServer const& api_;
     std::shared_ptr<serve::Exchange> exchange_;
     Prepared prepared_;
-    std::shared_ptr<Generation<ServingEngine>> generation_;
+    std::shared_ptr<Generation> generation_;
     net::steady_timer timer_;
     std::shared_ptr<std::atomic<bool>> posted_ = std::make_shared<std::atomic<bool>>(false);
     std::shared_ptr<GenerationTask> self_;
     bool started_ = false;
 };
 
-template <class ServingEngine>
 class OpenAiServer {
   public:
-    OpenAiServer(ServingEngine& engine, Options const& options, serve::ServerMetrics& metrics,
+    OpenAiServer(EngineAccess& engine, Options const& options, serve::ServerMetrics& metrics,
                  ServerState& state, net::thread_pool& workers)
         : engine_(engine),
           options_(options),
@@ -637,12 +591,11 @@ class OpenAiServer {
           state_(state),
           workers_(workers),
           admission_(options.max_queue, metrics),
-          constraints_(
-              tinfer::grammar::Vocabulary::of(engine.tokenizer(), ServingEngine::config.vocab),
-              metrics),
+          constraints_(tinfer::grammar::Vocabulary::of(engine.tokenizer(), engine.vocab()),
+                       metrics),
           context_tokens_(options.max_model_len > 0
-                              ? std::min(options.max_model_len, ServingEngine::config.max_context)
-                              : ServingEngine::config.max_context),
+                              ? std::min(options.max_model_len, engine.max_context())
+                              : engine.max_context()),
           started_(std::time(nullptr)) {}
 
     // On the connection's strand (an I/O thread): cheap routes answer here, generation goes to
@@ -776,10 +729,10 @@ class OpenAiServer {
         serve::DetokenizeRequest const r = serve::parse_detokenize_request(body);
         check_model(r.model);
         for (std::int32_t const t : r.tokens)
-            if (t >= ServingEngine::config.vocab)
+            if (t >= engine_.vocab())
                 throw ApiError(400,
                                "token id " + std::to_string(t) + " is outside the vocabulary of " +
-                                   std::to_string(ServingEngine::config.vocab),
+                                   std::to_string(engine_.vocab()),
                                "tokens");
         return json_reply(200, {{"prompt", engine_.tokenizer().decode(r.tokens)}});
     }
@@ -813,7 +766,7 @@ class OpenAiServer {
     }
 
     // A non-streamed answer, once every choice has finished.
-    serve::Reply answer(Prepared const& p, Generation<ServingEngine> const& generation) const {
+    serve::Reply answer(Prepared const& p, Generation const& generation) const {
         json choices = json::array();
         std::int64_t completion_tokens = 0;
         for (std::size_t i = 0; i < generation.choices().size(); ++i) {
@@ -861,7 +814,7 @@ class OpenAiServer {
     // On a worker thread: parse, tokenize, admit, submit; then the connection's strand takes
     // over (GenerationTask). A refusal is answered from the strand.
     void generate(std::shared_ptr<serve::Exchange> const& exchange, bool chat) {
-        std::shared_ptr<GenerationTask<ServingEngine>> task;
+        std::shared_ptr<GenerationTask> task;
         serve::Reply refusal = answering_errors([&] {
             task = prepare(exchange, chat);
             return serve::Reply{};
@@ -874,8 +827,8 @@ class OpenAiServer {
             });
     }
 
-    std::shared_ptr<GenerationTask<ServingEngine>> prepare(
-        std::shared_ptr<serve::Exchange> const& exchange, bool chat) {
+    std::shared_ptr<GenerationTask> prepare(std::shared_ptr<serve::Exchange> const& exchange,
+                                            bool chat) {
         if (state_.stopping)
             throw ApiError(503, "the server is shutting down", "", "", "server_error");
         if (state_.engine_failed)
@@ -890,11 +843,10 @@ class OpenAiServer {
         // The sampler adds any finite bias to any token (OpenAI's [-100, 100] is checked when
         // parsing); only ids past the vocabulary are refused, naming the field.
         for (auto const& [token, bias] : r.sampling.logit_bias)
-            if (token >= ServingEngine::config.vocab)
+            if (token >= engine_.vocab())
                 throw ApiError(400,
                                "'logit_bias' names token " + std::to_string(token) +
-                                   ", outside the vocabulary of " +
-                                   std::to_string(ServingEngine::config.vocab),
+                                   ", outside the vocabulary of " + std::to_string(engine_.vocab()),
                                "logit_bias");
         tokenize(p);
 
@@ -913,9 +865,9 @@ class OpenAiServer {
                            "", "rate_limit_exceeded", "rate_limit_error");
 
         auto requests = engine_requests(p);
-        auto task = std::make_shared<GenerationTask<ServingEngine>>(*this, exchange, std::move(p));
-        auto generation = std::make_shared<Generation<ServingEngine>>(
-            engine_, metrics_, std::move(*ticket), task->waker());
+        auto task = std::make_shared<GenerationTask>(*this, exchange, std::move(p));
+        auto generation =
+            std::make_shared<Generation>(engine_, metrics_, std::move(*ticket), task->waker());
         try {
             generation->submit(std::move(requests));
         } catch (tinfer::RequestError const& e) {
@@ -989,7 +941,7 @@ class OpenAiServer {
         return requests;
     }
 
-    ServingEngine& engine_;
+    EngineAccess& engine_;
     Options const& options_;
     serve::ServerMetrics& metrics_;
     ServerState& state_;
@@ -999,6 +951,91 @@ class OpenAiServer {
     int context_tokens_;
     std::time_t started_;
 };
+
+// GenerationTask's members that call into the front end, now that it is complete.
+inline void GenerationTask::start() {
+    if (!exchange_->active()) return finish();  // the client left before this ran
+    self_ = shared_from_this();
+    exchange_->on_gone([self = shared_from_this()] { self->finish(); });
+    if (prepared_.request.stream) {
+        exchange_->begin_stream("text/event-stream", {{"Cache-Control", "no-cache"}});
+        // OpenAI's first chat chunk carries the role alone.
+        if (prepared_.request.chat) {
+            json choices = json::array();
+            for (std::size_t i = 0; i < generation_->choices().size(); ++i)
+                choices.push_back({{"index", i},
+                                   {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                   {"logprobs", nullptr},
+                                   {"finish_reason", nullptr}});
+            exchange_->write(sse(api_.chunk(prepared_, std::move(choices))));
+        }
+    }
+    started_ = true;
+    check_state();
+    pump();
+}
+
+inline void GenerationTask::pump_stream() {
+    Prepared const& p = prepared_;
+    Generation& g = *generation_;
+    std::string out;
+    for (ChoiceUpdate& u : g.next()) {
+        if (!u.error.empty()) out += sse(serve::error_object(u.error, "invalid_request_error"));
+        if (u.text.empty() && u.logprobs.empty() && !u.finish_reason) continue;
+        json choice{{"index", u.choice},
+                    {"logprobs", api_.logprobs_of(p, u.logprobs, u.logprob_offset)},
+                    {"finish_reason", u.finish_reason ? json(*u.finish_reason) : json(nullptr)}};
+        if (p.request.chat)
+            choice["delta"] = {{"content", std::move(u.text)}};
+        else
+            choice["text"] = std::move(u.text);
+        out += sse(api_.chunk(p, json::array({std::move(choice)})));
+    }
+    bool const done = g.finished();
+    if (done) {
+        if (p.request.include_usage) {
+            std::int64_t completion_tokens = 0;
+            for (ChoiceState const& c : g.choices()) completion_tokens += c.tokens;
+            json last = api_.chunk(p, json::array());
+            last["usage"] = serve::usage_object(p.prompt_tokens, completion_tokens);
+            out += sse(last);
+        }
+        out += "data: [DONE]\n\n";
+    }
+    exchange_->write(out);
+    if (done) {
+        exchange_->end_stream();
+        finish();
+    }
+}
+
+inline void GenerationTask::pump_answer() {
+    generation_->next();
+    if (!generation_->finished()) return;
+    exchange_->reply(api_.answering_errors([&] { return api_.answer(prepared_, *generation_); }));
+    finish();
+}
+
+inline void GenerationTask::check_state() {
+    timer_.expires_after(state_check_interval);
+    timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+        if (ec || !self->generation_) return;
+        ServerState const& state = self->api_.state();
+        if (state.engine_failed || state.stopping) {
+            if (self->prepared_.request.stream)
+                self->exchange_->abandon();
+            else if (state.engine_failed)
+                self->exchange_->reply(
+                    json_reply(500, serve::error_object("the engine has failed", "server_error")));
+            else
+                self->exchange_->reply(json_reply(
+                    503, serve::error_object("the server is shutting down", "server_error")));
+            return self->finish();
+        }
+        self->pump();  // a lost wake-up costs one interval, not the request
+        if (self->generation_) self->check_state();
+    });
+}
 
 // The engine's view, published once per step from the engine thread (the only one that may
 // read the scheduler, the cache and the engine's MetricsRecorder).
@@ -1083,7 +1120,8 @@ int run(Options const& options, sigset_t const& stop_signals, tinfer::gguf::File
     serve::ServerMetrics metrics(options.served_model_name);
     ServerState state;
     net::thread_pool workers(static_cast<std::size_t>(options.workers));
-    OpenAiServer<ServingEngine> api(engine, options, metrics, state, workers);
+    EngineAccessFor<ServingEngine> access(engine);
+    OpenAiServer api(access, options, metrics, state, workers);
 
     // Connections are files: the soft limit goes up to the hard one, and the connection cap
     // stays below it with room for the model file, the listener and the refusals.
