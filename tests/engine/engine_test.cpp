@@ -52,7 +52,9 @@ struct Job {
 
 std::vector<Job> random_jobs(std::uint64_t seed, int count) {
     auto rng = testing::seeded_rng(seed);
-    std::uniform_int_distribution<int> prompt_length(4, 40), new_tokens(4, 12), token(17, 49151),
+    // Short prompts: the policies' differences show in how requests share steps and blocks,
+    // not in long prefills, and the 32-job test runs the model seven times over.
+    std::uniform_int_distribution<int> prompt_length(4, 24), new_tokens(4, 10), token(17, 49151),
         priority(0, 3), tenant(0, 2);
     std::vector<Job> jobs;
     for (int i = 0; i < count; ++i) {
@@ -135,9 +137,9 @@ BOOST_AUTO_TEST_CASE(batching_chunking_and_preemption_do_not_change_greedy_token
         for (Job const& j : jobs) alone.push_back(engine.generate({greedy(j)}).front().tokens);
     }
     s::RunSummary summary;
-    // Roomy pools: batching and chunking alone.
+    // Roomy pools: continuous and static batching alone (chunking runs in the tight pools and in
+    // the int8 test below).
     BOOST_TEST((run_together<Continuous>(jobs, 64ull << 20, nullptr) == alone));
-    BOOST_TEST((run_together<Chunked>(jobs, 64ull << 20, nullptr) == alone));
     BOOST_TEST((run_together<Static>(jobs, 64ull << 20, nullptr) == alone));
     // Tight pools (8 blocks = 128 tokens): preemption by recompute and by swap.
     BOOST_TEST((run_together<Chunked>(jobs, 8 * block_bytes, &summary) == alone));

@@ -1,6 +1,7 @@
 // The real model (SmolLM2-135M-Instruct) over the paged KV cache:
 //  - with fp32 blocks of 8, 16 and 32 tokens, prefill and 16 teacher-forced decode steps of
-//    every golden prompt give bitwise the logits of the contiguous cache (the paged view only
+//    the golden prompts (all four at 16, the three short ones at 8 and 32) give bitwise the
+//    logits of the contiguous cache (the paged view only
 //    gathers the same floats, and the kernels are batch- and chunk-invariant by design);
 //  - a prompt prefilled in uneven chunks that straddle block boundaries equals one-shot prefill,
 //    bitwise (the kernels claim chunk invariance; this checks it on the paged cache);
@@ -203,6 +204,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(fp32_paged_equals_contiguous_bitwise, Block, Block
     // Room for the longest run only: released blocks are reused by the next prompt.
     auto cache = cache_for_tokens<Cache>(f.longest_prompt() + decode_steps);
     for (std::size_t p = 0; p < f.prompts.size(); ++p) {
+        // The 410-token prompt (two thirds of the tokens) runs at the default block size only;
+        // the other three cross 26 blocks of 8 and 7 of 32.
+        if (Block::value != 16 && p == f.longest_index()) continue;
         ScoredRun const paged = score_paged(f.model, f.prompts[p], cache);
         int differing = 0;
         for (int r = 0; r < paged.rows(); ++r)
