@@ -1,7 +1,8 @@
 // Gemma 3 270M's float32 forward pass against the float64 numpy reference
-// (tests/reference/make_gemma3_golden.py, written from the published architecture): every
-// prefill position and the stored decode steps within a tolerance derived from the measured
-// float32 error of each position, and the greedy continuation up to the first near-tie, on
+// (tests/reference/make_gemma3_golden.py, written from the published architecture): prefill
+// positions (all of them at the start, the end and around the 512-token window's edge, each
+// 64-token chunk's last elsewhere) and the stored decode steps within a tolerance derived from the
+// measured float32 error of each position, and the greedy continuation up to the first near-tie, on
 // prompts that cross the 512-token sliding window.
 #include <algorithm>
 #include <cmath>
@@ -28,6 +29,7 @@ namespace {
 constexpr tinfer::ModelConfig gemma3 = tinfer::presets::gemma3_270m;
 using Model = tinfer::model::Llama<gemma3>;
 constexpr int vocab = gemma3.vocab;
+constexpr int window = gemma3.sliding_window;
 
 }  // namespace
 
@@ -59,23 +61,34 @@ BOOST_AUTO_TEST_CASE(logits_and_greedy_match_float64_reference) {
             int const n = static_cast<int>(prompt.prompt.size());
             double worst = 0;
             std::vector<float> last(vocab);
+            int compared_positions = 0;
             for (int first = 0; first < n; first += chunk_tokens) {
                 int const count = std::min(chunk_tokens, n - first);
+                // Every position's logits in the first and last chunks and the two beside the
+                // window's edge; elsewhere the chunk's last position only. The LM head is two
+                // thirds of a position's work at this vocabulary, and every position's KV is
+                // still checked through the positions after it.
+                bool const every_row =
+                    first == 0 || first + count == n ||
+                    (first < window + chunk_tokens && first + count > window - chunk_tokens);
+                int const skipped = every_row ? 0 : count - 1;
                 tt::poison(std::span<float>(logits));
                 tinfer::SequenceChunk const chunk{
-                    0, first, std::span(prompt.prompt).subspan(first, count), true};
+                    0, first, std::span(prompt.prompt).subspan(first, count), every_row};
                 model.forward(std::span(&chunk, 1), cache, ws, logits);
-                for (int i = 0; i < count; ++i) {
+                for (int i = skipped; i < count; ++i) {
                     std::span<float const> const row(
-                        logits.data() + static_cast<std::size_t>(i) * vocab, vocab);
+                        logits.data() + static_cast<std::size_t>(i - skipped) * vocab, vocab);
                     double const e = tt::scaled_golden_error(row, prompt.prefill[first + i]);
+                    ++compared_positions;
                     BOOST_TEST(e <= 1.0,
                                "prefill position " << first + i << ": scaled error " << e);
                     worst = std::max(worst, e);
                     if (first + i == n - 1) std::copy(row.begin(), row.end(), last.begin());
                 }
             }
-            BOOST_TEST_MESSAGE(prompt.name << " (" << n << " tokens): worst prefill error " << worst
+            BOOST_TEST_MESSAGE(prompt.name << " (" << n << " tokens, " << compared_positions
+                                           << " compared): worst prefill error " << worst
                                            << " of the tolerance");
 
             bool tie_seen = false;
