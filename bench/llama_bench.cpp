@@ -18,6 +18,7 @@
 #include "../examples/common/cli_options.hpp"
 
 #include <tinfer/gguf/gguf.hpp>
+#include <tinfer/kernels/isa.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/llama.hpp>
 #include <tinfer/model/shipped_presets.hpp>
@@ -191,6 +192,7 @@ int main(int argc, char** argv) {
     try {
         auto const file = tinfer::gguf::File::open(options.model);
         double const model_gib = double(file.bytes().size()) / (1 << 30);
+        std::printf("CPU kernels: %s\n", tinfer::kernels::describe_isa().c_str());
         std::vector<double> read_gbps;
         if (options.roofline) {
             for (int const t : options.threads) {

@@ -41,6 +41,7 @@
 #include <tinfer/gguf/gguf.hpp>
 #include <tinfer/grammar/json_schema.hpp>
 #include <tinfer/grammar/matcher.hpp>
+#include <tinfer/kernels/isa.hpp>
 #include <tinfer/kernels/sampling.hpp>
 #include <tinfer/kv/codec_pairs.hpp>
 #include <tinfer/model/shipped_presets.hpp>
@@ -66,6 +67,7 @@ struct Options {
     int max_tokens = 256;
     int context_size = 0;  // -c: KV positions; 0: prompt + max_tokens (interactive: up to 4096)
     int threads = 0;
+    bool verbose = false;  // say which kernels run (kernels/isa.hpp)
     std::vector<std::string> stop;
     tinfer::kernels::SamplingParams sampling;
     tinfer::examples::ParallelSplit split;  // --tp, --pp, --micro-batches
@@ -316,6 +318,8 @@ int main(int argc, char** argv) {
         ->check(CLI::NonNegativeNumber);
     tinfer::examples::add_sampling_options(app, options.sampling);
     app.add_option("--threads", options.threads, "CPU threads (default: all)");
+    app.add_flag("-v,--verbose", options.verbose,
+                 "Say which CPU kernels run (AVX-512, AVX2 or portable; TINFER_ISA caps it)");
     app.add_option("--precision", options.precision,
                    "Activations of the matrix products: int8 (quantized per block of 32, as "
                    "llama.cpp; faster) or f32 (exact)")
@@ -366,6 +370,9 @@ int main(int argc, char** argv) {
         }
         tinfer::examples::check_draft_model_options(options.draft_model, options.speculative_tokens,
                                                     options.kv_cache_dtype, options.split);
+        if (options.verbose)
+            std::fprintf(stderr, "[tinfer] CPU kernels: %s\n",
+                         tinfer::kernels::describe_isa().c_str());
         auto file = tinfer::gguf::File::open(options.model);
         if (options.split.split()) {
             return tinfer::examples::with_parallel_engine<Serving>(

@@ -47,6 +47,7 @@
 #include <tinfer/engine/engine.hpp>
 #include <tinfer/grammar/json_schema.hpp>
 #include <tinfer/grammar/matcher.hpp>
+#include <tinfer/kernels/isa.hpp>
 #include <tinfer/kv/codec_pairs.hpp>
 #include <tinfer/model/shipped_presets.hpp>
 #include <tinfer/presets/presets.hpp>
@@ -1186,7 +1187,8 @@ int run(Options const& options, sigset_t const& stop_signals, tinfer::gguf::File
     std::cout << "serve: listening on http://" << options.host << ":" << port << " (model "
               << options.served_model_name << ", KV " << options.kv_cache_dtype << ", "
               << options.max_queue << " concurrent sequences, " << options.max_connections
-              << " connections)" << std::endl;
+              << " connections, CPU kernels " << tinfer::kernels::describe_isa() << ")"
+              << std::endl;
     std::vector<std::thread> io_threads;
     for (int i = 0; i < options.io_threads; ++i) io_threads.emplace_back([&io] { io.run(); });
     for (std::thread& t : io_threads) t.join();

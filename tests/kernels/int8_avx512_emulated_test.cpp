@@ -1,8 +1,9 @@
 // The AVX-512 VNNI int8 kernels run where the CPU has no AVX-512: int8_linear_test.cpp compiled
 // with the 512-bit intrinsics supplied by SIMDe's portable implementations (built on this
-// machine's AVX2), and the AVX-512 feature macros defined so the library selects its AVX-512
-// paths as Isa::native. The tests then check those paths against the float64 reference and
-// bitwise against the AVX2 and portable ones, on machines that cannot execute them natively.
+// machine's AVX2), and TINFER_EMULATED_AVX512 defined so that the library compiles its AVX-512
+// region as ordinary code and reports the CPU as AVX-512 (kernels/isa.hpp): Isa::native then
+// runs it. The tests check those paths against the float64 reference and bitwise against the
+// AVX2 and portable ones, on machines that cannot execute them natively.
 // Built only where SIMDe's headers exist (tests/kernels/CMakeLists.txt) and the compiler does
 // not already target AVX-512 (there kernels_test runs them for real).
 #if defined(__AVX512F__)
@@ -86,12 +87,10 @@ inline simde__m512 cvtph_ps(__m256i a) {
 #define _mm512_reduce_add_epi32(a) avx512_shim::reduce_add_epi32(a)
 #define _mm512_cvtph_ps(a) avx512_shim::cvtph_ps(a)
 
-// The library's AVX-512 paths are chosen by these macros.
-#define __AVX512F__ 1
-#define __AVX512BW__ 1
-#define __AVX512VNNI__ 1
+#define TINFER_EMULATED_AVX512 1
 
 #include "int8_linear_test.cpp"
 
-static_assert(tinfer::kernels::int8_dot_vectorized,
-              "the emulated build must take the AVX-512 kernels as Isa::native");
+BOOST_AUTO_TEST_CASE(the_emulated_build_runs_the_avx512_kernels) {
+    BOOST_TEST(tinfer::kernels::name_of(tinfer::kernels::running_isa()) == std::string("avx512"));
+}

@@ -5,15 +5,20 @@
 // dequantized activations; the paths bitwise equal; batch invariance; the fused gated and
 // accumulating epilogues against the separate operations.
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
 
 #include <tinfer/kernels/int8_activations.hpp>
+#include <tinfer/kernels/isa.hpp>
 #include <tinfer/kernels/linear.hpp>
 #include <tinfer/kernels/swiglu.hpp>
 
@@ -86,10 +91,8 @@ double offset_magnitude(std::byte const* row, int b) {
 // bounded as above. We allow (8 * blocks + 32) eps of that magnitude.
 template <DType T, Isa isa>
 void check_against_reference(std::uint64_t seed, int rows, int cols, int tokens, int threads) {
-    BOOST_TEST_MESSAGE(name_of(T) << (isa == Isa::native ? " native"
-                                      : isa == Isa::avx2 ? " avx2"
-                                                         : " portable")
-                                  << " rows " << rows << " cols " << cols << " tokens " << tokens);
+    BOOST_TEST_MESSAGE(name_of(T) << " " << k::name_of(isa) << " rows " << rows << " cols " << cols
+                                  << " tokens " << tokens);
     auto rng = tt::seeded_rng(seed);
     tt::TestWeights const w = tt::make_weights<T>(rng, rows, cols);
     std::vector<float> const x = tt::random_floats(rng, static_cast<std::size_t>(tokens) * cols);
@@ -179,8 +182,13 @@ void check_batch_invariance(std::uint64_t seed, int rows, int cols) {
                            part.size() * sizeof(float)) == 0);
 }
 
-// The portable and AVX2 kernels do the AVX-512 kernel's float operations in its order: bitwise
-// equal (where the build targets neither vector ISA, all three are the portable kernel).
+// Whether this CPU executes version `isa` (the emulated build: AVX-512 through SIMDe).
+bool cpu_runs(Isa isa) {
+    return k::isa_rank(isa) <= k::isa_rank(k::detected_isa());
+}
+
+// The portable and AVX2 kernels do the AVX-512 kernel's float operations in its order: every
+// version this CPU runs, and the one chosen at start-up, are bitwise equal.
 template <DType T>
 void check_portable_equals_native(std::uint64_t seed, int rows, int cols, int tokens) {
     auto rng = tt::seeded_rng(seed);
@@ -188,18 +196,21 @@ void check_portable_equals_native(std::uint64_t seed, int rows, int cols, int to
     std::vector<float> const x = tt::random_floats(rng, static_cast<std::size_t>(tokens) * cols);
     QuantizedRows const q = quantize(x, tokens, cols);
     Strips const strips(w.matrix);
-    std::vector<float> native(static_cast<std::size_t>(tokens) * rows), portable(native.size()),
-        avx2(native.size());
-    tt::poison(std::span<float>(native));
+    std::vector<float> portable(static_cast<std::size_t>(tokens) * rows);
     tt::poison(std::span<float>(portable));
-    tt::poison(std::span<float>(avx2));
-    k::linear_int8<T, Isa::native>(strips.matrix, q.view(), tokens, native.data(), 2);
     k::linear_int8<T, Isa::portable>(strips.matrix, q.view(), tokens, portable.data(), 1);
-    k::linear_int8<T, Isa::avx2>(strips.matrix, q.view(), tokens, avx2.data(), 1);
-    BOOST_TEST(std::memcmp(native.data(), portable.data(), native.size() * sizeof(float)) == 0,
-               name_of(T) << " " << rows << "x" << cols << ": native and portable differ");
-    BOOST_TEST(std::memcmp(avx2.data(), portable.data(), avx2.size() * sizeof(float)) == 0,
-               name_of(T) << " " << rows << "x" << cols << ": AVX2 and portable differ");
+    auto const check = [&]<Isa isa>(int threads) {
+        if (!cpu_runs(isa)) return;
+        std::vector<float> y(portable.size());
+        tt::poison(std::span<float>(y));
+        k::linear_int8<T, isa>(strips.matrix, q.view(), tokens, y.data(), threads);
+        BOOST_TEST(std::memcmp(y.data(), portable.data(), y.size() * sizeof(float)) == 0,
+                   name_of(T) << " " << rows << "x" << cols << ": " << k::name_of(isa)
+                              << " and portable differ");
+    };
+    check.template operator()<Isa::native>(2);
+    check.template operator()<Isa::avx2>(1);
+    check.template operator()<Isa::avx512>(1);
 }
 
 }  // namespace
@@ -217,6 +228,12 @@ BOOST_AUTO_TEST_CASE(quantized_rows_follow_the_definition) {
         BOOST_TEST(
             std::memcmp(native.bytes.data(), portable.bytes.data(), native.bytes.size()) == 0,
             "native and portable quantizers differ at cols " << cols);
+        if (cpu_runs(Isa::avx512)) {
+            QuantizedRows const avx512 = quantize<Isa::avx512>(x, 1, cols);
+            BOOST_TEST(
+                std::memcmp(avx512.bytes.data(), portable.bytes.data(), avx512.bytes.size()) == 0,
+                "AVX-512 and portable quantizers differ at cols " << cols);
+        }
         k::Int8Row const row = native.view().row(0, cols);
         int const blocks = cols / 32;
         for (int b = 0; b < blocks; ++b) {
@@ -299,6 +316,10 @@ BOOST_AUTO_TEST_CASE(q6_k_matches_reference) {
     check_shapes<DType::q6_k, Isa::portable>(2450);
 }
 BOOST_AUTO_TEST_CASE(avx2_matches_reference) {
+    if (!cpu_runs(Isa::avx2)) {
+        BOOST_TEST_MESSAGE("this CPU has no AVX2: only the portable kernels run here");
+        return;
+    }
     check_shapes<DType::q4_0, Isa::avx2>(1160);
     check_shapes<DType::q4_1, Isa::avx2>(1260);
     check_shapes<DType::q8_0, Isa::avx2>(1360);
@@ -307,6 +328,66 @@ BOOST_AUTO_TEST_CASE(avx2_matches_reference) {
     check_shapes<DType::q4_k, Isa::avx2>(2360);
     check_shapes<DType::q5_k, Isa::avx2>(2560);
     check_shapes<DType::q6_k, Isa::avx2>(2460);
+}
+
+BOOST_AUTO_TEST_CASE(avx512_matches_reference) {
+    if (!cpu_runs(Isa::avx512)) {
+        BOOST_TEST_MESSAGE("this CPU has no AVX-512 VNNI: kernels_avx512_emulated_test runs it");
+        return;
+    }
+    check_shapes<DType::q4_0, Isa::avx512>(1170);
+    check_shapes<DType::q4_1, Isa::avx512>(1270);
+    check_shapes<DType::q8_0, Isa::avx512>(1370);
+    check_shapes<DType::q5_0, Isa::avx512>(2170);
+    check_shapes<DType::q5_1, Isa::avx512>(2270);
+    check_shapes<DType::q4_k, Isa::avx512>(2370);
+    check_shapes<DType::q5_k, Isa::avx512>(2570);
+    check_shapes<DType::q6_k, Isa::avx512>(2470);
+}
+
+// Isa::native runs the widest version this CPU executes, unless TINFER_ISA names a lower one.
+BOOST_AUTO_TEST_CASE(native_runs_the_widest_version_the_cpu_has) {
+    char const* const request = std::getenv("TINFER_ISA");
+    Isa expected = k::isa_rank(k::detected_isa()) < k::isa_rank(k::isa_floor) ? k::isa_floor
+                                                                              : k::detected_isa();
+    // tests/kernels/CMakeLists.txt runs the narrower builds with a request they can take.
+    Isa const wanted = k::parse_isa(request ? request : "").value_or(expected);
+    if (k::isa_rank(wanted) <= k::isa_rank(expected) &&
+        k::isa_rank(wanted) >= k::isa_rank(k::isa_floor))
+        expected = wanted;
+    BOOST_TEST(k::name_of(k::running_isa()) == k::name_of(expected));
+    BOOST_TEST(k::isa_compiled(k::running_isa()));
+    BOOST_TEST(k::isa_compiled(k::isa_floor));
+}
+
+// TINFER_ISA caps the choice; never above the CPU, never below the build's floor.
+BOOST_AUTO_TEST_CASE(the_isa_request_caps_the_choice) {
+    std::string note;
+    auto const choose = [&](Isa cpu, char const* request) {
+        note.clear();
+        return k::choose_isa(cpu, request ? std::optional<std::string_view>(request) : std::nullopt,
+                             &note);
+    };
+    Isa const widest = k::isa_ceiling;
+    BOOST_TEST(k::name_of(choose(Isa::avx512, nullptr)) ==
+               k::name_of(k::isa_rank(k::isa_floor) > k::isa_rank(widest) ? k::isa_floor : widest));
+    BOOST_TEST(note.empty());
+    if constexpr (k::isa_floor == Isa::portable && k::isa_ceiling == Isa::avx512) {
+        BOOST_TEST(k::name_of(choose(Isa::avx2, nullptr)) == std::string("avx2"));
+        BOOST_TEST(k::name_of(choose(Isa::portable, nullptr)) == std::string("portable"));
+        BOOST_TEST(k::name_of(choose(Isa::avx512, "avx2")) == std::string("avx2"));
+        BOOST_TEST(k::name_of(choose(Isa::avx512, "portable")) == std::string("portable"));
+        BOOST_TEST(note.empty());
+        BOOST_TEST(k::name_of(choose(Isa::avx2, "avx512")) == std::string("avx2"));
+        BOOST_TEST(note.find("past what this CPU runs") != std::string::npos, note);
+    }
+    if constexpr (k::isa_floor != Isa::portable) {
+        BOOST_TEST(k::name_of(choose(Isa::avx512, "portable")) == k::name_of(k::isa_floor));
+        BOOST_TEST(note.find("compiled for") != std::string::npos, note);
+    }
+    BOOST_TEST(k::name_of(choose(Isa::avx512, "sse9")) == k::name_of(choose(Isa::avx512, nullptr)));
+    choose(Isa::avx512, "sse9");
+    BOOST_TEST(note.find("not one of avx512, avx2, portable") != std::string::npos, note);
 }
 
 BOOST_AUTO_TEST_CASE(portable_is_bitwise_native) {

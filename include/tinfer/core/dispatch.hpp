@@ -2,6 +2,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -20,6 +21,8 @@ void append_value(std::ostringstream& out) {
         out << "<value>";
     }
 }
+template <auto First, auto...>
+inline constexpr auto first_of = First;
 }  // namespace detail
 
 // Turns a runtime value into a compile-time one: calls `body.template operator()<V>()` for the
@@ -28,17 +31,17 @@ void append_value(std::ostringstream& out) {
 // raises tinfer::Error naming the allowed ones.
 template <auto... Values, class Runtime, class Body, class Matches>
 decltype(auto) dispatch(Runtime const& value, Body&& body, Matches&& matches,
-                        std::string const& what = "value") {
-    using Result = decltype(body.template operator()<(Values, ...)>());
+                        std::string_view what = "value") {
+    using Result = decltype(body.template operator()<detail::first_of<Values...>>());
     if constexpr (std::is_void_v<Result>) {
         bool found =
             ((matches(value, Values) ? (body.template operator()<Values>(), true) : false) || ...);
         if (found) return;
     } else {
         std::optional<Result> result;
-        ((matches(value, Values) ? (result.emplace(body.template operator()<Values>()), true)
-                                 : false) ||
-         ...);
+        (void)((matches(value, Values) ? (result.emplace(body.template operator()<Values>()), true)
+                                       : false) ||
+               ...);
         if (result) return Result(std::move(*result));
     }
     std::ostringstream message;

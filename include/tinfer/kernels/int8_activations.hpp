@@ -25,6 +25,7 @@
 #include <cstring>
 
 #include <tinfer/core/simd_intrinsics.hpp>
+#include <tinfer/kernels/isa.hpp>
 
 namespace tinfer::kernels {
 
@@ -98,7 +99,18 @@ inline void quantize_block_portable(float const* x, std::int8_t* q, float* scale
     sum[b] = d * static_cast<float>(total);
 }
 
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+inline void quantize_row_portable(float const* x, int cols, std::byte* out) {
+    int const blocks = cols / int8_block_elements;
+    auto* q = reinterpret_cast<std::int8_t*>(out);
+    auto* scale = reinterpret_cast<float*>(out + cols);
+    float* sum = scale + blocks;
+    for (int b = 0; b < blocks; ++b)
+        quantize_block_portable(x + static_cast<std::size_t>(b) * int8_block_elements, q, scale,
+                                sum, b);
+}
+
+#if TINFER_X86_TARGETS
+TINFER_BEGIN_TARGET_AVX512
 inline void quantize_block_avx512(float const* x, std::int8_t* q, float* scale, float* sum, int b) {
     __m512 const first = _mm512_loadu_ps(x);
     __m512 const second = _mm512_loadu_ps(x + int8_block_elements / 2);
@@ -116,31 +128,34 @@ inline void quantize_block_avx512(float const* x, std::int8_t* q, float* scale, 
     scale[b] = d;
     sum[b] = d * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(q_first, q_second)));
 }
-#endif
 
-}  // namespace detail
-
-// Which implementation a kernel runs: the best the compiler targets, AVX2 (where the compiler
-// targets it; kernels without an AVX2 version take their portable one), or the portable one.
-// Tests run each.
-enum class Isa { native, avx2, portable };
-
-// Quantizes one row of `cols` floats (a multiple of 32) into int8_row_bytes(cols) bytes at out.
-template <Isa isa = Isa::native>
-void quantize_row_int8(float const* x, int cols, std::byte* out) {
+// Its own row loop: a function of the region inlines only into one of the region.
+inline void quantize_row_avx512(float const* x, int cols, std::byte* out) {
     int const blocks = cols / int8_block_elements;
     auto* q = reinterpret_cast<std::int8_t*>(out);
     auto* scale = reinterpret_cast<float*>(out + cols);
     float* sum = scale + blocks;
-    for (int b = 0; b < blocks; ++b) {
-        float const* block = x + static_cast<std::size_t>(b) * int8_block_elements;
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-        if constexpr (isa == Isa::native) {
-            detail::quantize_block_avx512(block, q, scale, sum, b);
-            continue;
-        }
+    for (int b = 0; b < blocks; ++b)
+        quantize_block_avx512(x + static_cast<std::size_t>(b) * int8_block_elements, q, scale, sum,
+                              b);
+}
+TINFER_END_TARGET_AVX512
 #endif
-        detail::quantize_block_portable(block, q, scale, sum, b);
+
+}  // namespace detail
+
+// Quantizes one row of `cols` floats (a multiple of 32) into int8_row_bytes(cols) bytes at out.
+// Isa::native: the version chosen at start-up (kernels/isa.hpp); AVX2 takes the portable one.
+template <Isa isa = Isa::native>
+void quantize_row_int8(float const* x, int cols, std::byte* out) {
+    if constexpr (isa == Isa::native) {
+        with_running_isa([&]<Isa chosen>() { quantize_row_int8<chosen>(x, cols, out); });
+#if TINFER_X86_TARGETS
+    } else if constexpr (isa == Isa::avx512) {
+        detail::quantize_row_avx512(x, cols, out);
+#endif
+    } else {
+        detail::quantize_row_portable(x, cols, out);
     }
 }
 

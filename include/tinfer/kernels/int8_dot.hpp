@@ -46,11 +46,12 @@
 // activation value is loaded once per 16 rows. Why not the GGUF layout: its row-by-row blocks
 // need byte gathers and scale permutes before any product, which made decode compute bound.
 //
-// Implementations: AVX-512 VNNI, AVX2 (+FMA, F16C), portable; Isa::native takes the best the
-// compiler targets. Batch invariance: every (row, token) output is one lane receiving the same
-// operations in the same order whatever the token tile, the batch or the thread. All three do
-// the same float operations in the same order (fused multiply-adds included), so their outputs
-// are bitwise equal.
+// Implementations: AVX-512 VNNI, AVX2 (+FMA, F16C), portable, each compiled in its target
+// region; Isa::native runs the one chosen at start-up (kernels/isa.hpp). Batch invariance:
+// every (row, token) output is one lane receiving the same operations in the same order whatever
+// the token tile, the batch or the thread. All three do the same float operations in the same
+// order (fused multiply-adds included), so their outputs are bitwise equal, and a process gives
+// the same tokens whichever version its CPU runs.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -63,6 +64,7 @@
 #include <tinfer/core/error.hpp>
 #include <tinfer/core/extent.hpp>
 #include <tinfer/kernels/int8_activations.hpp>
+#include <tinfer/kernels/isa.hpp>
 #include <tinfer/kernels/weight_matrix.hpp>
 #include <tinfer/quant/quant_blocks.hpp>
 
@@ -75,12 +77,6 @@ constexpr bool has_int8_dot(DType t) {
     return t == DType::q4_0 || t == DType::q4_1 || t == DType::q5_0 || t == DType::q5_1 ||
            t == DType::q8_0 || t == DType::q4_k || t == DType::q5_k || t == DType::q6_k;
 }
-
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-inline constexpr bool int8_dot_vectorized = true;
-#else
-inline constexpr bool int8_dot_vectorized = false;
-#endif
 
 inline constexpr int int8_strip_rows = 16;  // one 32-bit lane each
 
@@ -255,7 +251,7 @@ inline void sums_of_16_portable(std::int8_t const* xq, int (&sums)[2]) {
     }
 }
 
-#if defined(__AVX2__)
+#if TINFER_X86_TARGETS
 // The same with psadbw on the bytes shifted to unsigned (each 8-byte sum then 1024 too high).
 inline void sums_of_16_sse(std::int8_t const* xq, int (&sums)[2]) {
     __m128i const shift = _mm_set1_epi8(static_cast<char>(0x80));
@@ -267,22 +263,6 @@ inline void sums_of_16_sse(std::int8_t const* xq, int (&sums)[2]) {
     }
 }
 #endif
-
-// Sub-block j's 6-bit scale and minimum in every row's lane, from the three registers of the
-// GGUF's packed bytes (quant::scale_min_k4, lane-wise).
-template <class V, class Shift, class And, class Or, class Set>
-inline void scale_min_lanes(V const (&packed)[3], int j, V& scale, V& minimum, Shift shift,
-                            And and_, Or or_, Set set) {
-    if (j < 4) {
-        scale = and_(shift(packed[0], 8 * j), set(63));
-        minimum = and_(shift(packed[1], 8 * j), set(63));
-    } else {
-        int const q = 8 * (j - 4);
-        scale = or_(and_(shift(packed[2], q), set(0x0f)), and_(shift(packed[0], q + 2), set(0x30)));
-        minimum =
-            or_(and_(shift(packed[2], q + 4), set(0x0f)), and_(shift(packed[1], q + 2), set(0x30)));
-    }
-}
 
 // Portable: the vector version's float operations, lane by lane.
 template <DType W, int T>
@@ -425,7 +405,8 @@ void int8_strip_tile_q6_k_portable(std::byte const* strip, Extent auto cols, Int
         for (int r = 0; r < R; ++r) out[t][r] = acc[t][r];
 }
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#if TINFER_X86_TARGETS
+TINFER_BEGIN_TARGET_AVX512
 
 inline __m512i shift_left_16(__m512i v, int n) {
     return _mm512_sll_epi16(v, _mm_cvtsi32_si128(n));
@@ -436,6 +417,24 @@ inline __m512i shift_right_16(__m512i v, int n) {
 inline __m512i shift_right_32(__m512i v, int n) {
     return _mm512_srl_epi32(v, _mm_cvtsi32_si128(n));
 }
+// Sub-block j's 6-bit scale and minimum in every row's lane, from the three registers of the
+// GGUF's packed bytes (quant::scale_min_k4, lane-wise). One per region: a function that takes
+// vectors must be compiled for them.
+inline void scale_min_lanes(__m512i const (&packed)[3], int j, __m512i& scale, __m512i& minimum) {
+    __m512i const low6 = _mm512_set1_epi32(63), low4 = _mm512_set1_epi32(0x0f),
+                  high2 = _mm512_set1_epi32(0x30);
+    if (j < 4) {
+        scale = _mm512_and_si512(shift_right_32(packed[0], 8 * j), low6);
+        minimum = _mm512_and_si512(shift_right_32(packed[1], 8 * j), low6);
+    } else {
+        int const q = 8 * (j - 4);
+        scale = _mm512_or_si512(_mm512_and_si512(shift_right_32(packed[2], q), low4),
+                                _mm512_and_si512(shift_right_32(packed[0], q + 2), high2));
+        minimum = _mm512_or_si512(_mm512_and_si512(shift_right_32(packed[2], q + 4), low4),
+                                  _mm512_and_si512(shift_right_32(packed[1], q + 2), high2));
+    }
+}
+
 inline __m512i load_512(std::byte const* p) {
     return _mm512_loadu_si512(p);
 }
@@ -538,12 +537,7 @@ void int8_strip_tile_k_minimum_avx512(std::byte const* strip, Extent auto cols,
             for (int half = 0; half < 2; ++half) {
                 int const j = 2 * pair + half, b = sb * 8 + j;
                 __m512i scale_bits, min_bits;
-                scale_min_lanes(
-                    packed, j, scale_bits, min_bits,
-                    [](__m512i v, int n) { return shift_right_32(v, n); },
-                    [](__m512i a, __m512i c) { return _mm512_and_si512(a, c); },
-                    [](__m512i a, __m512i c) { return _mm512_or_si512(a, c); },
-                    [](int v) { return _mm512_set1_epi32(v); });
+                scale_min_lanes(packed, j, scale_bits, min_bits);
                 __m512 const scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(scale_bits));
                 __m512 const minimum = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(min_bits));
                 for (int t = 0; t < T; ++t) {
@@ -615,9 +609,11 @@ void int8_strip_tile_q6_k_avx512(std::byte const* strip, Extent auto cols, Int8R
     for (int t = 0; t < T; ++t) _mm512_storeu_ps(out[t], acc[t]);
 }
 
+TINFER_END_TARGET_AVX512
 #endif
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if TINFER_X86_TARGETS
+TINFER_BEGIN_TARGET_AVX2
 
 inline __m256i shift_left_16(__m256i v, int n) {
     return _mm256_sll_epi16(v, _mm_cvtsi32_si128(n));
@@ -628,6 +624,22 @@ inline __m256i shift_right_16(__m256i v, int n) {
 inline __m256i shift_right_32(__m256i v, int n) {
     return _mm256_srl_epi32(v, _mm_cvtsi32_si128(n));
 }
+// scale_min_lanes of the AVX-512 region, on 8 lanes.
+inline void scale_min_lanes(__m256i const (&packed)[3], int j, __m256i& scale, __m256i& minimum) {
+    __m256i const low6 = _mm256_set1_epi32(63), low4 = _mm256_set1_epi32(0x0f),
+                  high2 = _mm256_set1_epi32(0x30);
+    if (j < 4) {
+        scale = _mm256_and_si256(shift_right_32(packed[0], 8 * j), low6);
+        minimum = _mm256_and_si256(shift_right_32(packed[1], 8 * j), low6);
+    } else {
+        int const q = 8 * (j - 4);
+        scale = _mm256_or_si256(_mm256_and_si256(shift_right_32(packed[2], q), low4),
+                                _mm256_and_si256(shift_right_32(packed[0], q + 2), high2));
+        minimum = _mm256_or_si256(_mm256_and_si256(shift_right_32(packed[2], q + 4), low4),
+                                  _mm256_and_si256(shift_right_32(packed[1], q + 2), high2));
+    }
+}
+
 inline __m256i load_256(std::byte const* p) {
     return _mm256_loadu_si256(reinterpret_cast<__m256i const*>(p));
 }
@@ -781,12 +793,7 @@ void int8_strip_tile_k_minimum_avx2(std::byte const* strip, Extent auto cols, In
                 __m256 scale[2], minimum[2];
                 for (int half = 0; half < 2; ++half) {
                     __m256i scale_bits, min_bits;
-                    scale_min_lanes(
-                        packed, 2 * pair + half, scale_bits, min_bits,
-                        [](__m256i v, int n) { return shift_right_32(v, n); },
-                        [](__m256i a, __m256i c) { return _mm256_and_si256(a, c); },
-                        [](__m256i a, __m256i c) { return _mm256_or_si256(a, c); },
-                        [](int v) { return _mm256_set1_epi32(v); });
+                    scale_min_lanes(packed, 2 * pair + half, scale_bits, min_bits);
                     scale[half] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(scale_bits));
                     minimum[half] = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(min_bits));
                 }
@@ -952,6 +959,7 @@ void int8_strip_tile_q6_k_avx2(std::byte const* strip, Extent auto cols, Int8Row
         for (int h = 0; h < halves; ++h) _mm256_storeu_ps(out[t] + 8 * h, acc[t][h]);
 }
 
+TINFER_END_TARGET_AVX2
 #endif
 
 }  // namespace detail
@@ -965,8 +973,11 @@ inline void int8_strip_tile(std::byte const* strip, Extent auto cols, Int8Row co
         has_int8_dot(W),
         "int8_strip_tile: weights must be Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K");
     constexpr bool k_minimum = W == DType::q4_k || W == DType::q5_k;
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
     if constexpr (isa == Isa::native) {
+        // One strip: callers that loop over many (kernels/linear.hpp) choose once per matrix.
+        with_running_isa([&]<Isa chosen>() { int8_strip_tile<W, T, chosen>(strip, cols, x, out); });
+#if TINFER_X86_TARGETS
+    } else if constexpr (isa == Isa::avx512) {
         if constexpr (k_minimum) {
             detail::int8_strip_tile_k_minimum_avx512<W, T>(strip, cols, x, out);
         } else if constexpr (W == DType::q6_k) {
@@ -974,11 +985,7 @@ inline void int8_strip_tile(std::byte const* strip, Extent auto cols, Int8Row co
         } else {
             detail::int8_strip_tile_avx512<W, T>(strip, cols, x, out);
         }
-        return;
-    }
-#endif
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-    if constexpr (isa == Isa::native || isa == Isa::avx2) {
+    } else if constexpr (isa == Isa::avx2) {
         if constexpr (k_minimum) {
             detail::int8_strip_tile_k_minimum_avx2<W, T>(strip, cols, x, out);
         } else if constexpr (W == DType::q6_k) {
@@ -986,10 +993,8 @@ inline void int8_strip_tile(std::byte const* strip, Extent auto cols, Int8Row co
         } else {
             detail::int8_strip_tile_avx2<W, T>(strip, cols, x, out);
         }
-        return;
-    }
 #endif
-    if constexpr (k_minimum) {
+    } else if constexpr (k_minimum) {
         detail::int8_strip_tile_k_minimum_portable<W, T>(strip, cols, x, out);
     } else if constexpr (W == DType::q6_k) {
         detail::int8_strip_tile_q6_k_portable<T>(strip, cols, x, out);

@@ -252,16 +252,23 @@ void linear_team(Cols cols, WeightMatrix const& w, Int8Rows x, int tokens, float
                  std::size_t y_stride, Store store, float* /*buffer*/ = nullptr) {
     static_assert(has_int8_dot(W),
                   "linear_team: int8 activations need weights with an int8 dot (has_int8_dot)");
-    detail::share_int8_strips(w.rows, tokens, x.stride, [&](int strip, int first, int last) {
-        int const first_row = strip * int8_strip_rows;
-        int const rows = detail::strip_rows(w.rows, strip);
-        detail::int8_strip_products<W, isa>(
-            cols, w, strip, x, first, last, [&]<int T>(int t0, float(&out)[T][int8_strip_rows]) {
-                for (int t = 0; t < T; ++t)
-                    for (int r = 0; r < rows; ++r)
-                        detail::store_output(y, y_stride, t0 + t, first_row + r, out[t][r], store);
-            });
-    });
+    if constexpr (isa == Isa::native) {  // chosen once per matrix, not per strip
+        with_running_isa(
+            [&]<Isa chosen>() { linear_team<W, chosen>(cols, w, x, tokens, y, y_stride, store); });
+    } else {
+        detail::share_int8_strips(w.rows, tokens, x.stride, [&](int strip, int first, int last) {
+            int const first_row = strip * int8_strip_rows;
+            int const rows = detail::strip_rows(w.rows, strip);
+            detail::int8_strip_products<W, isa>(
+                cols, w, strip, x, first, last,
+                [&]<int T>(int t0, float(&out)[T][int8_strip_rows]) {
+                    for (int t = 0; t < T; ++t)
+                        for (int r = 0; r < rows; ++r)
+                            detail::store_output(y, y_stride, t0 + t, first_row + r, out[t][r],
+                                                 store);
+                });
+        });
+    }
 }
 
 template <DType W, Isa isa = Isa::native>
@@ -313,23 +320,32 @@ void gated_linear_team(Cols cols, WeightMatrix const& gate, WeightMatrix const& 
     static_assert(
         has_int8_dot(W),
         "gated_linear_team: int8 activations need weights with an int8 dot (has_int8_dot)");
-    std::size_t const strip_bytes = Int8StripFormat<W>::strip_bytes(static_cast<int>(cols));
-    detail::share_int8_strips(gate.rows, tokens, x.stride, [&](int strip, int first, int last) {
-        int const first_row = strip * int8_strip_rows;
-        int const rows = detail::strip_rows(gate.rows, strip);
-        std::byte const* up_strip = up.data + static_cast<std::size_t>(strip) * strip_bytes;
-        detail::int8_strip_products<W, isa>(
-            cols, gate, strip, x, first, last, [&]<int T>(int t0, float(&g)[T][int8_strip_rows]) {
-                Int8Row x_rows[T];
-                for (int t = 0; t < T; ++t) x_rows[t] = x.row(t0 + t, static_cast<int>(cols));
-                float u[T][int8_strip_rows];
-                int8_strip_tile<W, T, isa>(up_strip, cols, x_rows, u);
-                for (int t = 0; t < T; ++t) {
-                    float* row = out + static_cast<std::size_t>(t0 + t) * out_stride + first_row;
-                    for (int r = 0; r < rows; ++r) row[r] = Activation::apply(g[t][r]) * u[t][r];
-                }
-            });
-    });
+    if constexpr (isa == Isa::native) {  // chosen once per matrix pair, not per strip
+        with_running_isa([&]<Isa chosen>() {
+            gated_linear_team<W, chosen, Activation>(cols, gate, up, x, tokens, out, out_stride);
+        });
+    } else {
+        std::size_t const strip_bytes = Int8StripFormat<W>::strip_bytes(static_cast<int>(cols));
+        detail::share_int8_strips(gate.rows, tokens, x.stride, [&](int strip, int first, int last) {
+            int const first_row = strip * int8_strip_rows;
+            int const rows = detail::strip_rows(gate.rows, strip);
+            std::byte const* up_strip = up.data + static_cast<std::size_t>(strip) * strip_bytes;
+            detail::int8_strip_products<W, isa>(
+                cols, gate, strip, x, first, last,
+                [&]<int T>(int t0, float(&g)[T][int8_strip_rows]) {
+                    Int8Row x_rows[T];
+                    for (int t = 0; t < T; ++t) x_rows[t] = x.row(t0 + t, static_cast<int>(cols));
+                    float u[T][int8_strip_rows];
+                    int8_strip_tile<W, T, isa>(up_strip, cols, x_rows, u);
+                    for (int t = 0; t < T; ++t) {
+                        float* row =
+                            out + static_cast<std::size_t>(t0 + t) * out_stride + first_row;
+                        for (int r = 0; r < rows; ++r)
+                            row[r] = Activation::apply(g[t][r]) * u[t][r];
+                    }
+                });
+        });
+    }
 }
 
 template <DType W, Isa isa = Isa::native, GateActivation Activation = SiluGate>
