@@ -1,7 +1,8 @@
 // Layer skipping for self-speculative decoding: forward over the first k layers, then the final
 // norm and LM head. All layers must be the normal forward bitwise; fewer must run, write only
 // their layers' KV, and give other logits; and a draft over k layers followed by a full forward
-// over the same positions (the verification) must give the full model's logits bitwise.
+// over the same positions (the verification) must give the full model's logits bitwise. Also
+// the pass with no LM head at all (an empty logits span).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -127,6 +128,36 @@ BOOST_AUTO_TEST_CASE(draft_then_verify_equals_the_full_model) {
                            reference.data() + static_cast<std::size_t>(prompt) * vocab,
                            verified.size() * sizeof(float)) == 0);
     BOOST_TEST(cache.tokens(0) == n);
+}
+
+// An empty logits span runs the layers without the LM head: the KV it writes is the normal
+// pass's, so the next step's logits are bitwise the one-pass reference's. A span too small for
+// the step is still refused, the cache untouched.
+BOOST_AUTO_TEST_CASE(empty_logits_write_the_kv_without_the_lm_head) {
+    Fixture& f = fixture();
+    std::vector<std::int32_t> const tokens = f.sequence();
+    int const n = static_cast<int>(tokens.size());
+    Model::Workspace ws(n, 2);
+    Cache reference_cache(1, n);
+    std::vector<float> reference(static_cast<std::size_t>(n) * vocab);
+    tinfer::SequenceChunk const whole{0, 0, tokens, true};
+    f.model.forward(std::span(&whole, 1), reference_cache, ws, reference);
+
+    Cache cache(1, n);
+    tinfer::SequenceChunk const prefill{0, 0, std::span(tokens).first(n - 1)};
+    f.model.forward(std::span(&prefill, 1), cache, ws, std::span<float>());
+    BOOST_TEST(cache.tokens(0) == n - 1);
+    std::vector<float> last(vocab);
+    tinfer::SequenceChunk const step{0, n - 1, std::span(tokens).last(1)};
+    f.model.forward(std::span(&step, 1), cache, ws, last);
+    BOOST_TEST(std::memcmp(last.data(), reference.data() + static_cast<std::size_t>(n - 1) * vocab,
+                           last.size() * sizeof(float)) == 0);
+
+    Cache untouched(1, n);
+    std::vector<float> too_small(vocab - 1);
+    BOOST_CHECK_THROW(f.model.forward(std::span(&prefill, 1), untouched, ws, too_small),
+                      tinfer::RequestError);
+    BOOST_TEST(untouched.tokens(0) == 0);
 }
 
 BOOST_AUTO_TEST_CASE(refuses_a_layer_count_outside_the_model) {

@@ -105,7 +105,10 @@ class Llama {
     }
 
     // Runs the chunks through the model, writing their keys and values into `cache` and their
-    // logits, [logit_rows(chunks)][vocab] in chunk order, into `logits`.
+    // logits, [logit_rows(chunks)][vocab] in chunk order, into `logits`. An empty `logits`
+    // skips the final norm and the LM head (only the KV is written: a prefill chunk whose
+    // logits nobody reads, or a benchmark timing the layers alone); not under pipeline
+    // parallelism.
     //
     // layers < Cfg.layers runs only the first `layers` decoder layers, then the final norm and
     // the LM head: the draft model of self-speculative decoding (LayerSkip, Draft & Verify).
@@ -132,7 +135,7 @@ class Llama {
         if constexpr (model::is_pipeline_parallel<Parallel>) {
             forward_pipelined<Precision>(chunks, cache, ws, logits, layers);
         } else {
-            int const rows = prepare(chunks, ws, logits);
+            int const rows = prepare(chunks, ws, logits, /*logits_optional=*/true);
             embed(chunks, ws, rows);
             run_layers<Precision>(chunks, cache, ws, rows, {0, layers}, logits);
         }
@@ -274,8 +277,8 @@ class Llama {
           shard_storage_(std::move(storage)) {}
 
     // Checks the request and lays out the step's rows: position, slot, and which rows give logits.
-    int prepare(std::span<SequenceChunk const> chunks, Workspace& ws,
-                std::span<float> logits) const {
+    int prepare(std::span<SequenceChunk const> chunks, Workspace& ws, std::span<float> logits,
+                bool logits_optional = false) const {
         std::size_t rows = 0;
         for (std::size_t c = 0; c < chunks.size(); ++c) {
             SequenceChunk const& chunk = chunks[c];
@@ -317,7 +320,7 @@ class Llama {
                                " tokens, the workspace holds " + std::to_string(ws.max_tokens()));
         }
         std::size_t const needed = logit_rows(chunks) * static_cast<std::size_t>(Cfg.vocab);
-        if (logits.size() < needed) {
+        if (logits.size() < needed && !(logits_optional && logits.empty())) {
             throw RequestError("logits hold " + std::to_string(logits.size()) +
                                " floats, the step writes " + std::to_string(needed));
         }
