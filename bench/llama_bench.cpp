@@ -3,9 +3,12 @@
 //   ppN: N prompt tokens processed in one batch from an empty cache; t/s = N / time.
 //   tgN: N tokens generated one at a time from an empty cache; t/s = N / time.
 // Each test runs `--repetitions` times after one warm-up; the table shows the median and the
-// standard deviation. Also: batched decode (B sequences decoding together, total t/s) and the
-// achieved weight-read bandwidth of decode against the bandwidth this program measures.
+// standard deviation. Also: batched decode (B sequences decoding together, total t/s), the
+// achieved weight-read bandwidth of decode against the bandwidth this program measures, pp's
+// matrix multiply-accumulates against the measured int8 dot rate, and where one decode step's
+// time goes (layers, LM head, sampler, the rest).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -36,6 +39,7 @@ struct Options {
     int batch = 16;
     int repetitions = 3;
     bool roofline = true;
+    bool breakdown = true;  // the decode step's phases (three more decode runs per thread count)
     std::string precision = "int8";
 };
 
@@ -53,6 +57,100 @@ Stats stats_of(std::vector<double> values) {
             values.size() > 1 ? std::sqrt(variance / (values.size() - 1)) : 0.0};
 }
 
+// What the machine allows, measured in the same run, per thread count (0: not measured).
+struct Roofline {
+    std::vector<double> read_gbps;
+    std::vector<double> int8_gmacs;
+    double at(std::vector<double> const& v, std::size_t i) const {
+        return i < v.size() ? v[i] : 0.0;
+    }
+};
+
+// Multiply-accumulates of one token's pass through the layers' matrix products (q, k, v, o,
+// gate, up, down), of its attention over `keys` earlier positions, and of one LM-head row.
+template <tinfer::ModelConfig Cfg>
+double layer_matrix_macs() {
+    return Cfg.layers * (double(Cfg.hidden) * (2.0 * Cfg.q_width() + 2.0 * Cfg.kv_width()) +
+                         3.0 * Cfg.hidden * Cfg.ffn);
+}
+template <tinfer::ModelConfig Cfg>
+double attention_macs(int keys_of_global, int keys_of_sliding) {
+    double macs = 0;
+    for (int layer = 0; layer < Cfg.layers; ++layer) {
+        bool const sliding = Cfg.layer_kind(layer) == tinfer::LayerKind::sliding;
+        macs += 2.0 * Cfg.heads * Cfg.head_dim * (sliding ? keys_of_sliding : keys_of_global);
+    }
+    return macs;
+}
+
+// ppN's matrix products as a share of the measured int8 dot rate, attention and the one
+// LM-head row beside them.
+template <tinfer::ModelConfig Cfg>
+std::string prefill_share(int tokens, int threads, double tokens_per_second, double peak_gmacs) {
+    double keys_global = 0, keys_sliding = 0;
+    for (int p = 0; p < tokens; ++p) {
+        keys_global += p + 1;
+        keys_sliding += Cfg.sliding_window > 0 ? std::min(p + 1, Cfg.sliding_window) : p + 1;
+    }
+    double const seconds = tokens / tokens_per_second;
+    double const matrix_gmacs = tokens * layer_matrix_macs<Cfg>() / seconds / 1e9;
+    double const attention_gmac = attention_macs<Cfg>(keys_global, keys_sliding) / 1e9;
+    double const head_gmac = double(Cfg.vocab) * Cfg.hidden / 1e9;
+    std::string const share =
+        peak_gmacs > 0 ? std::to_string(std::lround(100 * matrix_gmacs / peak_gmacs)) + "%"
+                       : std::string("n/a");
+    char text[512];
+    std::snprintf(text, sizeof text,
+                  "pp%d, %d thread(s): matrix products %.1f GMAC/s = %s of the int8 dot peak "
+                  "(%.1f GMAC/s); beside them attention %.2f GMAC, the LM head's one row %.3f "
+                  "GMAC, against %.2f GMAC of matrix products",
+                  tokens, threads, matrix_gmacs, share.c_str(), peak_gmacs, attention_gmac,
+                  head_gmac, tokens * layer_matrix_macs<Cfg>() / 1e9);
+    return text;
+}
+
+// One decode step's seconds: with its sampler, without it, without the LM head (and final
+// norm), and over one layer without the LM head; the sampler alone.
+struct DecodePhases {
+    double step = 0, with_head = 0, layers = 0, one_layer = 0;
+    double sampler = 0;  // the benchmark's greedy argmax over the vocabulary, timed alone
+};
+
+// Splits the step into per-layer time (from all layers against one), the LM head (with the
+// final norm), the sampler (greedy argmax over the vocabulary) and the rest (what a one-layer
+// pass costs beyond its layer: embedding, RoPE table, the thread team's start), each with the
+// bytes it reads and their rate against the measured bandwidth.
+template <tinfer::ModelConfig Cfg>
+std::string decode_breakdown(tinfer::gguf::File const& file, int threads, DecodePhases const& t,
+                             double read_gbps, int generated) {
+    double layer_bytes = 0, head_bytes = 0;
+    for (auto const& info : file.tensors())
+        if (info.name.rfind("blk.", 0) == 0) layer_bytes += double(info.data.size());
+    auto const* head = file.find_tensor("output.weight");
+    if (head == nullptr) head = file.find_tensor("token_embd.weight");
+    head_bytes = head ? double(head->data.size()) : 0.0;
+    double const per_layer = (t.layers - t.one_layer) / (Cfg.layers - 1);
+    double const lm_head = t.with_head - t.layers;
+    double const sampler = t.sampler;
+    double const rest = t.one_layer - per_layer;
+    // KV read per step at the mean context of the run, float32 K and V.
+    double const kv_bytes = 2.0 * Cfg.layers * Cfg.kv_width() * sizeof(float) * generated / 2.0;
+    double const ceiling = (layer_bytes + head_bytes) / (read_gbps * 1e9);
+    auto const gbps = [](double bytes, double seconds) { return bytes / seconds / 1e9; };
+    char text[1024];
+    std::snprintf(
+        text, sizeof text,
+        "decode step, %d thread(s): %.3f ms = layers %d x %.4f ms (%.1f MB at %.1f GB/s, "
+        "attention's KV %.2f MB of it at mean context %d) + LM head %.3f ms (%.1f MB at %.1f "
+        "GB/s) + sampler %.3f ms (argmax over %d logits) + rest %.3f ms (embedding, RoPE "
+        "table, team start); the weights' roofline %.3f ms (%.0f%% of it reached)",
+        threads, 1e3 * t.step, Cfg.layers, 1e3 * per_layer, layer_bytes / 1e6,
+        gbps(layer_bytes, per_layer * Cfg.layers), kv_bytes / 1e6, generated / 2, 1e3 * lm_head,
+        head_bytes / 1e6, gbps(head_bytes, lm_head), 1e3 * sampler, Cfg.vocab, 1e3 * rest,
+        1e3 * ceiling, read_gbps > 0 ? 100 * ceiling / t.step : 0.0);
+    return text;
+}
+
 // Parameters of the model's matrices and norms (the tied embedding counted once), as llama-bench
 // reports them.
 template <tinfer::ModelConfig Cfg>
@@ -64,7 +162,7 @@ double parameters() {
 
 template <tinfer::ModelConfig Cfg, class Precision>
 void run(tinfer::gguf::File const& file, Options const& options, double model_gib,
-         std::vector<double> const& read_gbps) {
+         Roofline const& roofline) {
     using namespace tinfer;
     auto const model = model::Llama<Cfg>::bind(file);
     std::mt19937 rng(42);
@@ -83,7 +181,8 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
     std::string label = file.get_optional<std::string>("general.name").value_or("model") + " " +
                         std::string(name_of(model.weights().layers[0].q.type));
     if (label.size() > 28) label.resize(28);
-    std::vector<double> ratios;  // batched decode over single-sequence decode, per thread count
+    std::vector<double> ratios;      // batched decode over single-sequence decode, per thread count
+    std::vector<std::string> notes;  // the prefill shares and decode breakdowns, printed after
     for (std::size_t ti = 0; ti < options.threads.size(); ++ti) {
         int const threads = options.threads[ti];
         typename model::Llama<Cfg>::Workspace ws(std::max(options.prompt_tokens, options.batch),
@@ -95,8 +194,8 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
             char bw[32] = "", share[32] = "";
             if (gbps > 0) {
                 std::snprintf(bw, sizeof bw, "%.1f", gbps);
-                if (ti < read_gbps.size() && read_gbps[ti] > 0)
-                    std::snprintf(share, sizeof share, "%.0f%%", 100 * gbps / read_gbps[ti]);
+                if (double const bw_limit = roofline.at(roofline.read_gbps, ti); bw_limit > 0)
+                    std::snprintf(share, sizeof share, "%.0f%%", 100 * gbps / bw_limit);
             }
             std::string const backend = std::string("CPU ") + Precision::name;
             std::printf("| %-28s | %6.2f MiB | %6.2f M | %-8s | %7d | %-11s | %16s | %9s | %9s |\n",
@@ -117,7 +216,10 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
             });
             if (r > 0) rates.push_back(options.prompt_tokens / s);  // r == 0 warms up
         }
-        row("pp" + std::to_string(options.prompt_tokens), stats_of(rates), 0);
+        Stats const pp = stats_of(rates);
+        row("pp" + std::to_string(options.prompt_tokens), pp, 0);
+        notes.push_back(prefill_share<Cfg>(options.prompt_tokens, threads, pp.median,
+                                           roofline.at(roofline.int8_gmacs, ti)));
 
         // tgN: one token at a time from an empty cache.
         rates.clear();
@@ -139,6 +241,54 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
         Stats const tg = stats_of(rates);
         row("tg" + std::to_string(options.generated_tokens), tg,
             tg.median * model_gib * (1 << 30) / 1e9);
+        if (options.breakdown) {
+            // Each position of the decode run four ways back to back (the step with its
+            // sampler; without the sampler; without the LM head; over one layer without it,
+            // the last two rewriting the same KV), so that every variant sees the machine in
+            // the same state; the least total over the repetitions is kept for each (on a
+            // shared machine, interference only ever adds time).
+            using Clock = std::chrono::steady_clock;
+            auto const since = [](Clock::time_point a) {
+                return std::chrono::duration<double>(Clock::now() - a).count();
+            };
+            DecodePhases phases{1e30, 1e30, 1e30, 1e30, 1e30};
+            std::int32_t const first = token(rng);
+            for (int r = 0; r <= options.repetitions; ++r) {
+                cache.clear(0);
+                std::int32_t next = first;
+                DecodePhases sum;
+                for (int i = 0; i < options.generated_tokens; ++i) {
+                    SequenceChunk const chunk{
+                        .slot = 0, .first_position = i, .tokens = std::span(&next, 1)};
+                    auto start = Clock::now();
+                    model.template forward<Precision>(std::span(&chunk, 1), cache, ws, logits);
+                    sum.with_head += since(start);
+                    start = Clock::now();
+                    next = static_cast<std::int32_t>(
+                        std::max_element(logits.begin(), logits.begin() + Cfg.vocab) -
+                        logits.begin());
+                    sum.sampler += since(start);
+                    start = Clock::now();
+                    model.template forward<Precision>(std::span(&chunk, 1), cache, ws,
+                                                      std::span<float>());
+                    sum.layers += since(start);
+                    start = Clock::now();
+                    model.template forward<Precision>(std::span(&chunk, 1), cache, ws,
+                                                      std::span<float>(), 1);
+                    sum.one_layer += since(start);
+                }
+                if (r == 0) continue;  // warm-up
+                double const n = options.generated_tokens;
+                phases.with_head = std::min(phases.with_head, sum.with_head / n);
+                phases.sampler = std::min(phases.sampler, sum.sampler / n);
+                phases.layers = std::min(phases.layers, sum.layers / n);
+                phases.one_layer = std::min(phases.one_layer, sum.one_layer / n);
+            }
+            phases.step = phases.with_head + phases.sampler;
+            notes.push_back(decode_breakdown<Cfg>(file, threads, phases,
+                                                  roofline.at(roofline.read_gbps, ti),
+                                                  options.generated_tokens));
+        }
 
         // Batched decode: B sequences, one token each per step, weights read once per step.
         rates.clear();
@@ -162,6 +312,8 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
         row("tg x" + std::to_string(options.batch), batched, 0);
         ratios.push_back(batched.median / tg.median);
     }
+    for (std::string const& note : notes) std::printf("\n%s", note.c_str());
+    std::printf("\n");
     for (std::size_t ti = 0; ti < ratios.size(); ++ti)
         std::printf("\nbatched decode, %d thread(s): %d sequences give %.1fx the tokens/s of one",
                     options.threads[ti], options.batch, ratios[ti]);
@@ -183,7 +335,10 @@ int main(int argc, char** argv) {
     app.add_option("-b,--batch", options.batch, "Sequences in the batched decode test")
         ->capture_default_str();
     app.add_option("-r,--repetitions", options.repetitions)->capture_default_str();
-    app.add_flag("!--no-roofline", options.roofline, "Skip measuring bandwidth and GEMM rate");
+    app.add_flag("!--no-roofline", options.roofline,
+                 "Skip measuring bandwidth, the int8 dot rate and the GEMM rate");
+    app.add_flag("!--no-breakdown", options.breakdown,
+                 "Skip splitting a decode step into layers, LM head, sampler and the rest");
     app.add_option("--precision", options.precision,
                    "Activations: int8 (quantized per block of 32, as llama.cpp) or f32")
         ->check(CLI::IsMember({"int8", "f32"}))
@@ -193,23 +348,25 @@ int main(int argc, char** argv) {
         auto const file = tinfer::gguf::File::open(options.model);
         double const model_gib = double(file.bytes().size()) / (1 << 30);
         std::printf("CPU kernels: %s\n", tinfer::kernels::describe_isa().c_str());
-        std::vector<double> read_gbps;
+        Roofline roofline;
         if (options.roofline) {
             for (int const t : options.threads) {
-                read_gbps.push_back(tinfer::bench::measured_read_gbps(t));
-                double const decode_ceiling = read_gbps.back() * 1e9 / double(file.bytes().size());
+                double const bw = tinfer::bench::measured_read_gbps(t);
+                roofline.read_gbps.push_back(bw);
+                roofline.int8_gmacs.push_back(tinfer::bench::measured_int8_gmacs(t));
+                double const decode_ceiling = bw * 1e9 / double(file.bytes().size());
                 std::printf(
                     "roofline, %d thread(s): read bandwidth %.1f GB/s (decode ceiling "
-                    "%.0f t/s for the %.1f MB file), sgemm %.1f GFLOP/s\n",
-                    t, read_gbps.back(), decode_ceiling, file.bytes().size() / 1e6,
+                    "%.0f t/s for the %.1f MB file), int8 dot %.1f GMAC/s, sgemm %.1f GFLOP/s\n",
+                    t, bw, decode_ceiling, file.bytes().size() / 1e6, roofline.int8_gmacs.back(),
                     tinfer::bench::measured_sgemm_gflops(t));
             }
         }
         tinfer::model::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
             if (options.precision == "int8") {
-                run<Cfg, tinfer::kernels::Int8Activations>(file, options, model_gib, read_gbps);
+                run<Cfg, tinfer::kernels::Int8Activations>(file, options, model_gib, roofline);
             } else {
-                run<Cfg, tinfer::kernels::Float32Activations>(file, options, model_gib, read_gbps);
+                run<Cfg, tinfer::kernels::Float32Activations>(file, options, model_gib, roofline);
             }
         });
     } catch (std::exception const& e) {

@@ -8,8 +8,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <vector>
+
+#include <tinfer/core/simd_intrinsics.hpp>
+#include <tinfer/kernels/isa.hpp>
 
 #if __has_include(<cblas.h>)
 #include <cblas.h>
@@ -61,6 +65,77 @@ inline double measured_read_gbps(int threads, std::size_t bytes = std::size_t{1}
     });
     (void)sink;
     return static_cast<double>(n * sizeof(float)) / seconds / 1e9;
+}
+
+namespace detail {
+// Independent accumulator chains: enough to cover the dot instruction's latency (4-5 cycles)
+// at up to two issued per cycle.
+inline constexpr int int8_chains = 12;
+
+#if TINFER_X86_TARGETS
+TINFER_BEGIN_TARGET_AVX512
+// vpdpbusd on zmm: 64 u8 x s8 multiply-accumulates per instruction (the strips' inner step).
+inline std::int64_t int8_macs_avx512(std::int64_t steps, int& sink) {
+    __m512i acc[int8_chains];
+    for (auto& a : acc) a = _mm512_setzero_si512();
+    __m512i x = _mm512_set1_epi8(3), w = _mm512_set1_epi8(-2);
+    for (std::int64_t i = 0; i < steps; ++i) {
+        __asm__ volatile("" : "+v"(x), "+v"(w));  // no folding of the constant products
+        for (auto& a : acc) a = _mm512_dpbusd_epi32(a, x, w);
+    }
+    __m512i total = acc[0];
+    for (int k = 1; k < int8_chains; ++k) total = _mm512_add_epi32(total, acc[k]);
+    sink += _mm512_reduce_add_epi32(total);
+    return steps * int8_chains * 64;
+}
+TINFER_END_TARGET_AVX512
+
+TINFER_BEGIN_TARGET_AVX2
+// vpmaddubsw + vpmaddwd + vpaddd on ymm: 32 multiply-accumulates per three instructions (the
+// AVX2 strips' inner step).
+inline std::int64_t int8_macs_avx2(std::int64_t steps, int& sink) {
+    __m256i acc[int8_chains];
+    for (auto& a : acc) a = _mm256_setzero_si256();
+    __m256i x = _mm256_set1_epi8(3), w = _mm256_set1_epi8(-2);
+    __m256i const ones = _mm256_set1_epi16(1);
+    for (std::int64_t i = 0; i < steps; ++i) {
+        __asm__ volatile("" : "+v"(x), "+v"(w));
+        for (auto& a : acc)
+            a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(x, w), ones));
+    }
+    __m256i total = acc[0];
+    for (int k = 1; k < int8_chains; ++k) total = _mm256_add_epi32(total, acc[k]);
+    alignas(32) int lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), total);
+    for (int const l : lanes) sink += l;
+    return steps * int8_chains * 32;
+}
+TINFER_END_TARGET_AVX2
+#endif
+}  // namespace detail
+
+// Sustained int8 multiply-accumulate rate (GMAC/s) of the instruction sequence the int8 strips
+// run on this CPU (kernels/isa.hpp's choice): register-resident, no loads, `threads` threads.
+// 0 where only the portable kernels run.
+inline double measured_int8_gmacs(int threads) {
+#if TINFER_X86_TARGETS
+    kernels::Isa const isa = kernels::running_isa();
+    if (isa == kernels::Isa::portable) return 0;
+    constexpr std::int64_t steps = std::int64_t{1} << 24;
+    int sink = 0;
+    std::int64_t macs = 0;
+    double const seconds = median_seconds(5, [&] {
+        macs = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : macs, sink)
+        macs += isa == kernels::Isa::avx512 ? detail::int8_macs_avx512(steps, sink)
+                                            : detail::int8_macs_avx2(steps, sink);
+    });
+    if (sink == 42) std::fputc(' ', stderr);  // keeps the sums alive
+    return static_cast<double>(macs) / seconds / 1e9;
+#else
+    (void)threads;
+    return 0;
+#endif
 }
 
 // fp32 GEMM rate of the system BLAS (OpenBLAS) at a size where it is near its peak; 0 when no
