@@ -112,7 +112,7 @@ std::string prefill_share(int tokens, int threads, double tokens_per_second, dou
 // One decode step's seconds: with its sampler, without it, without the LM head (and final
 // norm), and over one layer without the LM head; the sampler alone.
 struct DecodePhases {
-    double step = 0, with_head = 0, layers = 0, one_layer = 0;
+    double with_head = 0, layers = 0, one_layer = 0;
     double sampler = 0;  // the benchmark's greedy argmax over the vocabulary, timed alone
 };
 
@@ -130,6 +130,7 @@ std::string decode_breakdown(tinfer::gguf::File const& file, int threads, Decode
     if (head == nullptr) head = file.find_tensor("token_embd.weight");
     head_bytes = head ? double(head->data.size()) : 0.0;
     double const per_layer = (t.layers - t.one_layer) / (Cfg.layers - 1);
+    double const step = t.with_head + t.sampler;  // the step, its sampler included
     double const lm_head = t.with_head - t.layers;
     double const sampler = t.sampler;
     double const rest = t.one_layer - per_layer;
@@ -143,12 +144,15 @@ std::string decode_breakdown(tinfer::gguf::File const& file, int threads, Decode
         "decode step, %d thread(s): %.3f ms = layers %d x %.4f ms (%.1f MB at %.1f GB/s, "
         "attention's KV %.2f MB of it at mean context %d) + LM head %.3f ms (%.1f MB at %.1f "
         "GB/s) + sampler %.3f ms (argmax over %d logits) + rest %.3f ms (embedding, RoPE "
-        "table, team start); the weights' roofline %.3f ms (%.0f%% of it reached)",
-        threads, 1e3 * t.step, Cfg.layers, 1e3 * per_layer, layer_bytes / 1e6,
+        "table, team start)",
+        threads, 1e3 * step, Cfg.layers, 1e3 * per_layer, layer_bytes / 1e6,
         gbps(layer_bytes, per_layer * Cfg.layers), kv_bytes / 1e6, generated / 2, 1e3 * lm_head,
-        head_bytes / 1e6, gbps(head_bytes, lm_head), 1e3 * sampler, Cfg.vocab, 1e3 * rest,
-        1e3 * ceiling, read_gbps > 0 ? 100 * ceiling / t.step : 0.0);
-    return text;
+        head_bytes / 1e6, gbps(head_bytes, lm_head), 1e3 * sampler, Cfg.vocab, 1e3 * rest);
+    if (read_gbps <= 0) return std::string(text) + "; no roofline measured";  // --no-roofline
+    char reached[128];
+    std::snprintf(reached, sizeof reached, "; the weights' roofline %.3f ms (%.0f%% of it reached)",
+                  1e3 * ceiling, 100 * ceiling / step);
+    return std::string(text) + reached;
 }
 
 // Parameters of the model's matrices and norms (the tied embedding counted once), as llama-bench
@@ -251,7 +255,7 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
             auto const since = [](Clock::time_point a) {
                 return std::chrono::duration<double>(Clock::now() - a).count();
             };
-            DecodePhases phases{1e30, 1e30, 1e30, 1e30, 1e30};
+            DecodePhases phases{1e30, 1e30, 1e30, 1e30};
             std::int32_t const first = token(rng);
             for (int r = 0; r <= options.repetitions; ++r) {
                 cache.clear(0);
@@ -284,7 +288,6 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
                 phases.layers = std::min(phases.layers, sum.layers / n);
                 phases.one_layer = std::min(phases.one_layer, sum.one_layer / n);
             }
-            phases.step = phases.with_head + phases.sampler;
             notes.push_back(decode_breakdown<Cfg>(file, threads, phases,
                                                   roofline.at(roofline.read_gbps, ti),
                                                   options.generated_tokens));

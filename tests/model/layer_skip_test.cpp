@@ -42,6 +42,20 @@ struct Fixture {
         s.insert(s.end(), p.greedy.begin(), p.greedy.begin() + 8);
         return s;
     }
+    // Every position's logits of sequence() from one full forward pass, computed once.
+    std::vector<float> const& one_pass_logits() {
+        if (one_pass.empty()) {
+            std::vector<std::int32_t> const tokens = sequence();
+            int const n = static_cast<int>(tokens.size());
+            Model::Workspace ws(n, 2);
+            Cache cache(1, n);
+            one_pass.resize(static_cast<std::size_t>(n) * vocab);
+            tinfer::SequenceChunk const whole{0, 0, tokens, true};
+            model.forward(std::span(&whole, 1), cache, ws, one_pass);
+        }
+        return one_pass;
+    }
+    std::vector<float> one_pass;
 };
 
 Fixture& fixture() {
@@ -105,10 +119,7 @@ BOOST_AUTO_TEST_CASE(draft_then_verify_equals_the_full_model) {
     int const prompt = n - drafted;
     Model::Workspace ws(n, 2);
 
-    Cache reference_cache(1, n);
-    std::vector<float> reference(static_cast<std::size_t>(n) * vocab);
-    tinfer::SequenceChunk const whole{0, 0, tokens, true};
-    f.model.forward(std::span(&whole, 1), reference_cache, ws, reference);
+    std::vector<float> const& reference = f.one_pass_logits();
 
     Cache cache(1, n);
     std::vector<float> logits(static_cast<std::size_t>(prompt) * vocab);
@@ -138,10 +149,7 @@ BOOST_AUTO_TEST_CASE(empty_logits_write_the_kv_without_the_lm_head) {
     std::vector<std::int32_t> const tokens = f.sequence();
     int const n = static_cast<int>(tokens.size());
     Model::Workspace ws(n, 2);
-    Cache reference_cache(1, n);
-    std::vector<float> reference(static_cast<std::size_t>(n) * vocab);
-    tinfer::SequenceChunk const whole{0, 0, tokens, true};
-    f.model.forward(std::span(&whole, 1), reference_cache, ws, reference);
+    std::vector<float> const& reference = f.one_pass_logits();
 
     Cache cache(1, n);
     tinfer::SequenceChunk const prefill{0, 0, std::span(tokens).first(n - 1)};
