@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -200,6 +201,46 @@ void check_against_reference(std::string const& name, std::uint64_t seed) {
     std::filesystem::remove(path);
 }
 
+// The layer with every dimension a run-time value (DynamicShapes) runs the static layer's
+// source: the same operations in the same order, so the same logits bit for bit, on a step
+// of two prefill chunks (one with every position's logits) and then a decode of both.
+template <ModelConfig Cfg, class Precision>
+void check_dynamic_shapes_twin(tinfer::gguf::TensorType matrices, std::uint64_t seed) {
+    using Model = tinfer::model::Llama<Cfg>;
+    std::vector<std::byte> const bytes = tt::SyntheticModel(Cfg, seed, matrices).bytes();
+    auto const file = tinfer::gguf::File::from_bytes(bytes);  // views `bytes`
+    Model const m = Model::bind(file);
+    std::mt19937 random(static_cast<unsigned>(seed));
+    std::vector<std::int32_t> first(13), second(6);
+    for (auto& t : first) t = static_cast<std::int32_t>(random() % Cfg.vocab);
+    for (auto& t : second) t = static_cast<std::int32_t>(random() % Cfg.vocab);
+    std::int32_t next[2] = {1, 2};
+    std::vector<tinfer::SequenceChunk> const prefill{{0, 0, first, true}, {1, 0, second}};
+    std::vector<tinfer::SequenceChunk> const decode{{0, 13, std::span(next, 1)},
+                                                    {1, 6, std::span(next + 1, 1)}};
+    struct Run {
+        tinfer::kv::ContiguousKvCache<Cfg> cache{2, Cfg.max_context};
+        typename Model::Workspace ws{24, 2};
+        std::vector<float> logits = std::vector<float>(14 * Cfg.vocab);
+    } fixed, any;
+    auto const step = [&](std::vector<tinfer::SequenceChunk> const& chunks, char const* what) {
+        tt::poison(std::span<float>(fixed.logits));
+        tt::poison(std::span<float>(any.logits));
+        m.template forward<Precision, tinfer::StaticShapes>(chunks, fixed.cache, fixed.ws,
+                                                            fixed.logits);
+        m.template forward<Precision, tinfer::DynamicShapes>(chunks, any.cache, any.ws, any.logits);
+        std::size_t const n = Model::logit_rows(chunks) * Cfg.vocab;
+        std::size_t differ = 0;
+        for (std::size_t i = 0; i < n; ++i)
+            differ += std::memcmp(&fixed.logits[i], &any.logits[i], sizeof(float)) != 0;
+        BOOST_TEST(differ == 0u, what << " (" << Precision::name << ", matrices "
+                                      << static_cast<int>(matrices) << "): " << differ << " of "
+                                      << n << " logits differ static vs dynamic");
+    };
+    step(prefill, "prefill");
+    step(decode, "decode");
+}
+
 std::string bind_error(std::vector<std::byte> const& bytes) {
     try {
         auto const file = tinfer::gguf::File::from_bytes(bytes);
@@ -224,6 +265,18 @@ BOOST_AUTO_TEST_CASE(qkv_bias_and_neox_rope_against_float64_reference) {
 
 BOOST_AUTO_TEST_CASE(gemma3_parts_and_softcap_against_float64_reference) {
     check_against_reference<tiny_gemma3>("gemma3", 13);
+}
+
+BOOST_AUTO_TEST_CASE(dynamic_shapes_give_the_static_logits_bitwise) {
+    using tinfer::gguf::TensorType;
+    using Float = tinfer::kernels::Float32Activations;
+    using Int8 = tinfer::kernels::Int8Activations;
+    check_dynamic_shapes_twin<tiny_llama, Float>(TensorType::f32, 21);
+    check_dynamic_shapes_twin<tiny_llama, Int8>(TensorType::q4_1, 22);
+    check_dynamic_shapes_twin<tiny_qwen2, Float>(TensorType::f32, 23);
+    check_dynamic_shapes_twin<tiny_gemma3, Float>(TensorType::f32, 24);
+    // The int8 strips on every product, the gated pair's fused kernel among them.
+    check_dynamic_shapes_twin<tiny_gemma3, Int8>(TensorType::q8_0, 25);
 }
 
 BOOST_AUTO_TEST_CASE(cpp_initializer_compiles_the_shape_it_prints) {

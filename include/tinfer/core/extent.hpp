@@ -62,4 +62,47 @@ constexpr auto extent_of() {
 
 static_assert(Extent<StaticExtent<64>> && Extent<DynamicExtent>);
 
+// `v` as a value the optimizer cannot see through (an empty asm that may change it): a
+// dimension a program read at run time, though this one is a compile-time constant.
+inline int opaque_int(int v) {
+#if defined(__GNUC__) || defined(__clang__)
+    asm volatile("" : "+r"(v));
+#else
+    int volatile copy = v;
+    v = copy;
+#endif
+    return v;
+}
+
+// How code holding a compile-time shape hands its dimensions to kernels written over extents.
+// StaticShapes: as StaticExtent<N>, the kernels generated for the shape (what models run).
+// DynamicShapes: as DynamicExtent values the optimizer cannot fold back into constants, the
+// code a model that read its shape at run time would run, from the same source; the
+// end-to-end twin that bench/specialization times against the static model.
+struct StaticShapes {
+    static constexpr bool is_static = true;
+    static constexpr char const* name = "static";
+    template <int N>
+    static constexpr StaticExtent<N> extent() {
+        return {};
+    }
+};
+
+struct DynamicShapes {
+    static constexpr bool is_static = false;
+    static constexpr char const* name = "dynamic";
+    template <int N>
+    static DynamicExtent extent() {
+        return {opaque_int(N)};
+    }
+};
+
+template <class S>
+concept ShapePolicy = requires {
+    { S::is_static } -> std::convertible_to<bool>;
+    { S::template extent<1>() } -> Extent;
+};
+
+static_assert(ShapePolicy<StaticShapes> && ShapePolicy<DynamicShapes>);
+
 }  // namespace tinfer

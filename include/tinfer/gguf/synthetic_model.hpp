@@ -4,7 +4,9 @@
 // it has them) and the hyperparameters read_config reads back. A researcher's own shape can be
 // run end to end with it (examples/custom_shape); the tests use it for the parts no shipped
 // file uses (QKV bias, soft-capping) and for bad-input tests (a tensor type or a key the model
-// refuses), which edit the writer before it is serialised.
+// refuses), which edit the writer before it is serialised. The layers' matrices may be
+// quantized (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 by the reference quantizers), so the integer kernels
+// run on a shape no file has.
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -14,7 +16,9 @@
 #include <vector>
 
 #include <tinfer/config/model_config.hpp>
+#include <tinfer/core/error.hpp>
 #include <tinfer/gguf/gguf_writer.hpp>
+#include <tinfer/quant/quant_blocks.hpp>
 
 namespace tinfer::gguf {
 
@@ -24,7 +28,16 @@ class SyntheticModel {
     // replaces the family's general.architecture (and key prefix), for refusal tests.
     SyntheticModel(ModelConfig const& c, std::uint64_t seed, float weight_scale = 0.08f,
                    std::string const& architecture = "")
-        : config_(c), random_(seed), scale_(weight_scale) {
+        : SyntheticModel(c, seed, weight_scale, architecture, TensorType::f32) {}
+    // The layers' matrices stored as `layer_matrices` (every input width a multiple of 32); the
+    // embedding, the LM head and the norms stay f32.
+    SyntheticModel(ModelConfig const& c, std::uint64_t seed, TensorType layer_matrices)
+        : SyntheticModel(c, seed, 0.08f, "", layer_matrices) {}
+
+  private:
+    SyntheticModel(ModelConfig const& c, std::uint64_t seed, float weight_scale,
+                   std::string const& architecture, TensorType layer_matrices)
+        : config_(c), random_(seed), scale_(weight_scale), layer_matrices_(layer_matrices) {
         std::string const arch = architecture.empty() ? name_of(c.arch.family) : architecture;
         auto const key = [&](char const* suffix) { return arch + "." + suffix; };
         writer_.add("general.architecture", gguf::Value(arch));
@@ -56,9 +69,9 @@ class SyntheticModel {
         for (int i = 0; i < c.layers; ++i) {
             std::string const p = "blk." + std::to_string(i) + ".";
             norm(p + "attn_norm.weight", c.hidden);
-            matrix(p + "attn_q.weight", c.hidden, c.q_width());
-            matrix(p + "attn_k.weight", c.hidden, c.kv_width());
-            matrix(p + "attn_v.weight", c.hidden, c.kv_width());
+            layer_matrix(p + "attn_q.weight", c.hidden, c.q_width());
+            layer_matrix(p + "attn_k.weight", c.hidden, c.kv_width());
+            layer_matrix(p + "attn_v.weight", c.hidden, c.kv_width());
             if (c.arch.qkv_bias) {
                 vector(p + "attn_q.bias", c.q_width(), 0.0f, 0.5f);
                 vector(p + "attn_k.bias", c.kv_width(), 0.0f, 0.5f);
@@ -68,18 +81,19 @@ class SyntheticModel {
                 norm(p + "attn_q_norm.weight", c.head_dim);
                 norm(p + "attn_k_norm.weight", c.head_dim);
             }
-            matrix(p + "attn_output.weight", c.q_width(), c.hidden);
+            layer_matrix(p + "attn_output.weight", c.q_width(), c.hidden);
             if (c.arch.norms == NormPlacement::sandwich) {
                 norm(p + "post_attention_norm.weight", c.hidden);
                 norm(p + "post_ffw_norm.weight", c.hidden);
             }
             norm(p + "ffn_norm.weight", c.hidden);
-            matrix(p + "ffn_gate.weight", c.hidden, c.ffn);
-            matrix(p + "ffn_up.weight", c.hidden, c.ffn);
-            matrix(p + "ffn_down.weight", c.ffn, c.hidden);
+            layer_matrix(p + "ffn_gate.weight", c.hidden, c.ffn);
+            layer_matrix(p + "ffn_up.weight", c.hidden, c.ffn);
+            layer_matrix(p + "ffn_down.weight", c.ffn, c.hidden);
         }
     }
 
+  public:
     // A byte-level BPE vocabulary of config.vocab tokens spelled "t0", "t1", ... with no merges,
     // so an Engine (which reads the tokenizer and chat template from the file) can be built on
     // the model; prompts are then given as token ids. `eos` is the end-of-sequence token, if any.
@@ -115,6 +129,40 @@ class SyntheticModel {
         add_f32(name, {static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(rows)},
                 random_values(static_cast<std::size_t>(rows) * cols, 0.0f, s));
     }
+    // A layer's matrix, stored as layer_matrices_.
+    void layer_matrix(std::string const& name, int cols, int rows) {
+        if (layer_matrices_ == TensorType::f32) return matrix(name, cols, rows);
+        float const s = scale_ / std::sqrt(static_cast<float>(cols) / 64.0f);
+        std::vector<float> const v = random_values(static_cast<std::size_t>(rows) * cols, 0.0f, s);
+        std::vector<std::uint64_t> dims{static_cast<std::uint64_t>(cols),
+                                        static_cast<std::uint64_t>(rows)};
+        auto const quantized = [&]<class Block>() {
+            if (cols % 32 != 0)
+                throw Error("SyntheticModel: " + name + " has " + std::to_string(cols) +
+                            " input features; a quantized matrix needs a multiple of 32");
+            std::vector<Block> blocks(v.size() / 32);
+            for (std::size_t b = 0; b < blocks.size(); ++b)
+                quant::quantize_block(v.data() + 32 * b, blocks[b]);
+            writer_.add_tensor(name, layer_matrices_, std::move(dims),
+                               std::as_bytes(std::span(blocks)));
+        };
+        switch (layer_matrices_) {
+            case TensorType::q4_0:
+                return quantized.template operator()<quant::BlockQ4_0>();
+            case TensorType::q4_1:
+                return quantized.template operator()<quant::BlockQ4_1>();
+            case TensorType::q5_0:
+                return quantized.template operator()<quant::BlockQ5_0>();
+            case TensorType::q5_1:
+                return quantized.template operator()<quant::BlockQ5_1>();
+            case TensorType::q8_0:
+                return quantized.template operator()<quant::BlockQ8_0>();
+            default:
+                throw Error("SyntheticModel: no quantizer for tensor type " +
+                            std::to_string(static_cast<std::uint32_t>(layer_matrices_)) +
+                            " (f32, q4_0, q4_1, q5_0, q5_1, q8_0)");
+        }
+    }
     void vector(std::string const& name, int n, float center, float spread) {
         add_f32(name, {static_cast<std::uint64_t>(n)},
                 random_values(static_cast<std::size_t>(n), center, spread));
@@ -124,6 +172,7 @@ class SyntheticModel {
     ModelConfig config_;
     std::mt19937_64 random_;
     float scale_;
+    TensorType layer_matrices_;
     gguf::Writer writer_;
 };
 

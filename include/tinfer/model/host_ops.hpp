@@ -9,6 +9,10 @@
 //
 // Weight types are per matrix: each product dispatches on the matrix's own type to the kernel
 // instantiated for it, once per matrix and step, never inside a kernel's loops.
+//
+// Dimensions reach the kernels through `Shapes` (core/extent.hpp): StaticShapes hands them as
+// the shape's constants, as every model runs; DynamicShapes as run-time values from the same
+// source, the whole-model twin bench/specialization times against it.
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
@@ -32,7 +36,8 @@
 
 namespace tinfer::model {
 
-template <ModelConfig Cfg, ParallelPolicy Parallel, class Precision, class Cache>
+template <ModelConfig Cfg, ParallelPolicy Parallel, class Precision, class Cache,
+          ShapePolicy Shapes = StaticShapes>
 class HostOps {
   public:
     static constexpr ModelConfig local = Parallel::template local<Cfg>;
@@ -53,24 +58,34 @@ class HostOps {
 
     bool failed() const { return static_cast<bool>(failure_); }
 
+    // The dimensions the ops hand to the kernels, static or dynamic as Shapes makes them.
+    static auto hidden() { return Shapes::template extent<Cfg.hidden>(); }
+    static auto head_dim() { return Shapes::template extent<Cfg.head_dim>(); }
+    static auto heads() { return Shapes::template extent<local.heads>(); }
+    static auto kv_heads() { return Shapes::template extent<local.kv_heads>(); }
+    static auto q_width() { return Shapes::template extent<local.q_width()>(); }
+    static auto kv_width() { return Shapes::template extent<local.kv_width()>(); }
+    static auto ffn() { return Shapes::template extent<local.ffn>(); }
+    static auto vocab() { return Shapes::template extent<Cfg.vocab>(); }
+
     // ws.normed = rmsnorm(ws.hidden) row by row, quantized too under int8 activations.
     void normalize(std::span<float const> weight) {
+        auto const hidden = this->hidden();
 #pragma omp for schedule(static)
         for (int row = 0; row < rows_; ++row) {
-            float* out = ws_.normed.data() + static_cast<std::size_t>(row) * Cfg.hidden;
-            kernels::rmsnorm_row<Cfg.hidden>(
-                ws_.hidden.data() + static_cast<std::size_t>(row) * Cfg.hidden, weight.data(),
-                norm_eps, out);
+            float* out = ws_.normed.data() + static_cast<std::size_t>(row) * hidden;
+            kernels::rmsnorm_row(hidden, ws_.hidden.data() + static_cast<std::size_t>(row) * hidden,
+                                 weight.data(), norm_eps, out);
             if constexpr (int8_precision)
-                kernels::quantize_row_int8(out, Cfg.hidden, ws_.quantized_row(row));
+                kernels::quantize_row_int8(out, hidden, ws_.quantized_row(row));
         }
     }
 
     // q, k, v = normed . W^T for the step's rows.
     void project_qkv(LayerWeights const& w) {
-        project(w.q, Activations::normed, ws_.q.data(), local.q_width(), kernels::Store::assign);
-        project(w.k, Activations::normed, ws_.k.data(), local.kv_width(), kernels::Store::assign);
-        project(w.v, Activations::normed, ws_.v.data(), local.kv_width(), kernels::Store::assign);
+        project(w.q, Activations::normed, ws_.q.data(), q_width(), kernels::Store::assign);
+        project(w.k, Activations::normed, ws_.k.data(), kv_width(), kernels::Store::assign);
+        project(w.v, Activations::normed, ws_.v.data(), kv_width(), kernels::Store::assign);
 #pragma omp barrier
     }
 
@@ -78,8 +93,9 @@ class HostOps {
     // with the layer kind's base and the architecture's pairing.
     template <class Plan>
     void position_queries_and_keys(LayerWeights const& w) {
-        constexpr int q_width = local.q_width(), kv_width = local.kv_width();
-        constexpr int head_dim = Cfg.head_dim;
+        int const q_width = this->q_width(), kv_width = this->kv_width();
+        auto const head_dim = this->head_dim();
+        auto const heads = this->heads(), kv_heads = this->kv_heads();
         float const* const tables = rope_table<Plan>();
 #pragma omp for schedule(static)
         for (int row = 0; row < rows_; ++row) {
@@ -92,16 +108,16 @@ class HostOps {
                 add_vector(v, w.v_bias.data(), kv_width);
             }
             if constexpr (Plan::qk_norm) {
-                for (int h = 0; h < local.heads; ++h)
-                    kernels::rmsnorm_row<head_dim>(q + h * head_dim, w.q_norm.data(), norm_eps,
-                                                   q + h * head_dim);
-                for (int h = 0; h < local.kv_heads; ++h)
-                    kernels::rmsnorm_row<head_dim>(k + h * head_dim, w.k_norm.data(), norm_eps,
-                                                   k + h * head_dim);
+                for (int h = 0; h < heads; ++h)
+                    kernels::rmsnorm_row(head_dim, q + h * head_dim, w.q_norm.data(), norm_eps,
+                                         q + h * head_dim);
+                for (int h = 0; h < kv_heads; ++h)
+                    kernels::rmsnorm_row(head_dim, k + h * head_dim, w.k_norm.data(), norm_eps,
+                                         k + h * head_dim);
             }
             float const* table = tables + static_cast<std::size_t>(row) * head_dim;
-            kernels::apply_rope_row<head_dim, Plan::rope_pairing>(q, local.heads, table);
-            kernels::apply_rope_row<head_dim, Plan::rope_pairing>(k, local.kv_heads, table);
+            kernels::apply_rope_row<Plan::rope_pairing>(head_dim, q, heads, table);
+            kernels::apply_rope_row<Plan::rope_pairing>(head_dim, k, kv_heads, table);
         }
     }
 
@@ -109,7 +125,7 @@ class HostOps {
     template <class Plan>
     bool attend(int layer) {
         using Attention = typename Plan::Attention;
-        constexpr int kv_width = local.kv_width();
+        int const kv_width = this->kv_width();
 #pragma omp single
         {
             try {
@@ -131,13 +147,20 @@ class HostOps {
         }
         if (failed()) return false;
         Cache const& cache = cache_;
+        // Plan::Attention's kernel under StaticShapes; its dynamic twin's blocks, tiles and
+        // scratch are the same sizes (the same formulas of the same values), so the tasks and
+        // the workspace planned from Plan::Attention serve both.
+        kernels::AttentionKernel const attention(
+            head_dim(), Shapes::template extent<local.group_size()>(),
+            Shapes::template extent<Plan::window>(),
+            Shapes::template extent<local.query_scale_dim()>());
         int const task_count = static_cast<int>(ws_.tasks.size());
 #pragma omp for schedule(dynamic, 1)
         for (int t = 0; t < task_count; ++t) {
             AttentionTask const task = ws_.tasks[static_cast<std::size_t>(t)];
             SequenceChunk const& chunk = chunks_[static_cast<std::size_t>(task.chunk)];
-            Attention::attend_block(cache.view(chunk.slot, layer), task.kv_head,
-                                    chunk_of(chunk, task.first_row), task.block, scratch_);
+            attention.attend_block(cache.view(chunk.slot, layer), task.kv_head,
+                                   chunk_of(chunk, task.first_row), task.block, scratch_);
         }
         if (ws_.wants_attention_scores) {
 #pragma omp single
@@ -159,19 +182,20 @@ class HostOps {
     bool add_to_residual(kernels::WeightMatrix const& w, Activations input,
                          std::span<float const> post_norm) {
         if (int8_precision && kernels::has_int8_dot(w.type)) quantize_input(input);
+        auto const hidden = this->hidden();
         if constexpr (!sums_partial_products<Parallel> && !Plan::post_norms) {
-            project(w, input, ws_.hidden.data(), Cfg.hidden, kernels::Store::accumulate);
+            project(w, input, ws_.hidden.data(), hidden, kernels::Store::accumulate);
 #pragma omp barrier
             return true;
         } else {
-            project(w, input, ws_.normed.data(), Cfg.hidden, kernels::Store::assign);
+            project(w, input, ws_.normed.data(), hidden, kernels::Store::assign);
 #pragma omp barrier
             if constexpr (sums_partial_products<Parallel>) {
 #pragma omp single
                 {
                     try {
-                        parallel_.all_reduce_sum(std::span(
-                            ws_.normed.data(), static_cast<std::size_t>(rows_) * Cfg.hidden));
+                        parallel_.all_reduce_sum(
+                            std::span(ws_.normed.data(), static_cast<std::size_t>(rows_) * hidden));
                     } catch (...) {
                         failure_ = std::current_exception();
                     }
@@ -180,11 +204,11 @@ class HostOps {
             }
 #pragma omp for schedule(static)
             for (int row = 0; row < rows_; ++row) {
-                float* partial = ws_.normed.data() + static_cast<std::size_t>(row) * Cfg.hidden;
-                float* residual = ws_.hidden.data() + static_cast<std::size_t>(row) * Cfg.hidden;
+                float* partial = ws_.normed.data() + static_cast<std::size_t>(row) * hidden;
+                float* residual = ws_.hidden.data() + static_cast<std::size_t>(row) * hidden;
                 if constexpr (Plan::post_norms)
-                    kernels::rmsnorm_row<Cfg.hidden>(partial, post_norm.data(), norm_eps, partial);
-                add_vector(residual, partial, Cfg.hidden);
+                    kernels::rmsnorm_row(hidden, partial, post_norm.data(), norm_eps, partial);
+                add_vector(residual, partial, hidden);
             }
             (void)post_norm;
             return true;
@@ -196,7 +220,7 @@ class HostOps {
     template <class Plan>
     void gated_ffn(kernels::WeightMatrix const& gate, kernels::WeightMatrix const& up) {
         using Gate = typename Plan::Gate;
-        constexpr int ffn = local.ffn;
+        int const ffn = this->ffn();
         // The input width: static on the int8 strips, whose static form measured 1.07-1.08x at
         // SmolLM2's 128-token prefill in two runs (1.00-1.01x at decode); at run time on the
         // float rows, 1.01-1.05x (bench/specialization, docs/specialization.md).
@@ -204,12 +228,13 @@ class HostOps {
             kernels::dispatch_weight_type(gate.type, [&]<DType W>() {
                 if constexpr (int8_precision && kernels::has_int8_dot(W)) {
                     kernels::gated_linear_team<W, kernels::Isa::native, Gate>(
-                        StaticExtent<Cfg.hidden>{}, gate, up, ws_.quantized_rows(), rows_,
-                        ws_.gate.data(), ffn, scratch_);
+                        hidden(), gate, up, ws_.quantized_rows(), rows_, ws_.gate.data(), ffn,
+                        scratch_);
                 } else {
                     kernels::gated_linear_team<W, kernels::Isa::native, Gate>(
-                        gate, up, kernels::FloatRows{ws_.normed.data(), Cfg.hidden}, rows_,
-                        ws_.gate.data(), ffn, scratch_);
+                        gate, up,
+                        kernels::FloatRows{ws_.normed.data(), static_cast<std::size_t>(hidden())},
+                        rows_, ws_.gate.data(), ffn, scratch_);
                 }
             });
 #pragma omp barrier
@@ -227,28 +252,30 @@ class HostOps {
     void logits(ModelWeights<Cfg> const& weights, int out_rows, std::span<float> logits) {
         kernels::WeightMatrix const& head = weights.output;
         bool const quantized = int8_precision && kernels::has_int8_dot(head.type);
+        auto const hidden = this->hidden();
+        int const vocab = this->vocab();
 #pragma omp for schedule(static)
         for (int i = 0; i < out_rows; ++i) {
-            float* out = ws_.normed.data() + static_cast<std::size_t>(i) * Cfg.hidden;
-            kernels::rmsnorm_row<Cfg.hidden>(
-                ws_.hidden.data() + static_cast<std::size_t>(ws_.logit_rows[i]) * Cfg.hidden,
+            float* out = ws_.normed.data() + static_cast<std::size_t>(i) * hidden;
+            kernels::rmsnorm_row(
+                hidden, ws_.hidden.data() + static_cast<std::size_t>(ws_.logit_rows[i]) * hidden,
                 weights.output_norm.data(), norm_eps, out);
-            if (quantized) kernels::quantize_row_int8(out, Cfg.hidden, ws_.quantized_row(i));
+            if (quantized) kernels::quantize_row_int8(out, hidden, ws_.quantized_row(i));
         }
         kernels::dispatch_weight_type(head.type, [&]<DType W>() {
             if constexpr (int8_precision && kernels::has_int8_dot(W)) {
-                kernels::linear_team<W>(head, ws_.quantized_rows(), out_rows, logits.data(),
-                                        Cfg.vocab, kernels::Store::assign, scratch_);
+                kernels::linear_team<W>(head, ws_.quantized_rows(), out_rows, logits.data(), vocab,
+                                        kernels::Store::assign, scratch_);
             } else {
-                kernels::linear_team<W>(head, kernels::FloatRows{ws_.normed.data(), Cfg.hidden},
-                                        out_rows, logits.data(), Cfg.vocab, kernels::Store::assign,
-                                        scratch_);
+                kernels::linear_team<W>(
+                    head, kernels::FloatRows{ws_.normed.data(), static_cast<std::size_t>(hidden)},
+                    out_rows, logits.data(), vocab, kernels::Store::assign, scratch_);
             }
         });
         if constexpr (Cfg.arch.final_logit_softcap > 0) {
             constexpr float cap = static_cast<float>(Cfg.arch.final_logit_softcap);
 #pragma omp barrier
-            std::size_t const n = static_cast<std::size_t>(out_rows) * Cfg.vocab;
+            std::size_t const n = static_cast<std::size_t>(out_rows) * vocab;
 #pragma omp for schedule(static)
             for (std::size_t i = 0; i < n; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
         }
@@ -259,11 +286,11 @@ class HostOps {
     std::pair<float const*, int> input_of(Activations input) const {
         switch (input) {
             case Activations::normed:
-                return {ws_.normed.data(), Cfg.hidden};
+                return {ws_.normed.data(), hidden()};
             case Activations::attended:
-                return {ws_.attended.data(), local.q_width()};
+                return {ws_.attended.data(), q_width()};
             case Activations::ffn_hidden:
-                return {ws_.gate.data(), local.ffn};
+                return {ws_.gate.data(), ffn()};
         }
         return {nullptr, 0};
     }
@@ -324,12 +351,13 @@ class HostOps {
 
     // Attention masks by cache slot: a query sees the slots up to its own.
     kernels::AttentionChunk chunk_of(SequenceChunk const& chunk, std::size_t row) const {
+        std::size_t const q_width = static_cast<int>(this->q_width());
         return {chunk.first_cache_slot,
                 static_cast<int>(chunk.tokens.size()),
-                ws_.q.data() + row * local.q_width(),
-                static_cast<std::size_t>(local.q_width()),
-                ws_.attended.data() + row * local.q_width(),
-                static_cast<std::size_t>(local.q_width())};
+                ws_.q.data() + row * q_width,
+                q_width,
+                ws_.attended.data() + row * q_width,
+                q_width};
     }
 
     Parallel const& parallel_;

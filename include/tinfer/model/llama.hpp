@@ -124,7 +124,14 @@ class Llama {
     // One OpenMP team runs the whole pass: the kernels share their loops over it (work-sharing
     // constructs, no fork/join per operation), and the steps that touch shared state (cache
     // writes, attention scores, tensor-parallel all-reduce) run on one thread between barriers.
-    template <class Precision = kernels::Float32Activations, kv::KvStore Cache>
+    //
+    // Shapes: how the layer hands Cfg's dimensions to its kernels (core/extent.hpp). The
+    // default generates them for the shape; DynamicShapes runs the same source with every
+    // dimension a run-time value, the same logits bitwise (tests/model/architecture_test.cpp),
+    // for bench/specialization's end-to-end comparison. The KV cache's own codecs and the
+    // attention scores of H2O eviction stay as the cache and the layer plan compile them.
+    template <class Precision = kernels::Float32Activations, ShapePolicy Shapes = StaticShapes,
+              kv::KvStore Cache>
     requires kernels::ActivationPrecision<Precision>
     void forward(std::span<SequenceChunk const> chunks, Cache& cache, Workspace& ws,
                  std::span<float> logits, int layers = Cfg.layers) const {
@@ -133,11 +140,11 @@ class Llama {
                                " layers; the model has 1.." + std::to_string(Cfg.layers));
         }
         if constexpr (model::is_pipeline_parallel<Parallel>) {
-            forward_pipelined<Precision>(chunks, cache, ws, logits, layers);
+            forward_pipelined<Precision, Shapes>(chunks, cache, ws, logits, layers);
         } else {
             int const rows = prepare(chunks, ws, logits, /*logits_optional=*/true);
             embed(chunks, ws, rows);
-            run_layers<Precision>(chunks, cache, ws, rows, {0, layers}, logits);
+            run_layers<Precision, Shapes>(chunks, cache, ws, rows, {0, layers}, logits);
         }
     }
 
@@ -160,7 +167,7 @@ class Llama {
     // Runs decoder layers [layers.first, layers.end()) over ws.hidden (the chunks' rows laid
     // out by prepare), then, unless `logits` is empty, the final norm and the LM head. The cache
     // holds this process's layers from layers.first on (a pipeline stage's own).
-    template <class Precision, kv::KvStore Cache>
+    template <class Precision, class Shapes, kv::KvStore Cache>
     void run_layers(std::span<SequenceChunk const> chunks, Cache& cache, Workspace& ws, int rows,
                     model::IndexRange layers, std::span<float> logits) const {
         // ws.rope: the global layers' angles, or the one kind's; sliding layers with a base of
@@ -185,7 +192,7 @@ class Llama {
         int const out_rows = static_cast<int>(logit_rows(chunks));
 #pragma omp parallel num_threads(ws.threads())
         {
-            model::HostOps<Cfg, Parallel, Precision, Cache> ops(
+            model::HostOps<Cfg, Parallel, Precision, Cache, Shapes> ops(
                 parallel_, chunks, cache, ws, rows, ws.thread_scratch(omp_get_thread_num()),
                 failure);
             for (int layer = layers.first; layer < layers.end() && !ops.failed(); ++layer) {
@@ -210,7 +217,7 @@ class Llama {
     // micro-batches, each received from the previous stage (or embedded), run through this
     // stage's layers and sent on (or, on the last stage, turned into logits); then every stage
     // gets the last stage's logits.
-    template <class Precision, kv::KvStore Cache>
+    template <class Precision, class Shapes, kv::KvStore Cache>
     void forward_pipelined(std::span<SequenceChunk const> chunks, Cache& cache, Workspace& ws,
                            std::span<float> logits, int layers) const {
         if (layers != Cfg.layers) {
@@ -240,7 +247,7 @@ class Llama {
                 parallel_.receive_from_previous_stage(hidden);
             }
             if (!parallel_.last_stage()) {
-                run_layers<Precision>(batch.chunks, cache, ws, rows, mine, {});
+                run_layers<Precision, Shapes>(batch.chunks, cache, ws, rows, mine, {});
                 parallel_.send_to_next_stage(hidden);
                 continue;
             }
@@ -253,13 +260,13 @@ class Llama {
                                    }) == to.end();
             std::size_t const floats = to.size() * static_cast<std::size_t>(Cfg.vocab);
             if (direct) {
-                run_layers<Precision>(
+                run_layers<Precision, Shapes>(
                     batch.chunks, cache, ws, rows, mine,
                     logits.subspan(static_cast<std::size_t>(to.front()) * Cfg.vocab, floats));
                 continue;
             }
             piece_logits.resize(floats);
-            run_layers<Precision>(batch.chunks, cache, ws, rows, mine, piece_logits);
+            run_layers<Precision, Shapes>(batch.chunks, cache, ws, rows, mine, piece_logits);
             for (std::size_t i = 0; i < to.size(); ++i) {
                 if (to[i] < 0) continue;
                 std::copy_n(piece_logits.begin() + static_cast<std::ptrdiff_t>(i * Cfg.vocab),
