@@ -9,14 +9,23 @@
 // average 10 it swung ratios from 0.3x to 4x), CPU time counts only this thread's own work.
 // --wall times wall-clock instead.
 //
-// usage: specialization [--repeats N] [--markdown] [--wall]
+// usage: specialization [--repeats N] [--markdown] [--wall] [--model FILE] [--gemma3 FILE]
+//                       [--model-repeats N] [--threads N] [--models-only | --kernels-only]
 // Shapes: SmolLM2 (hidden 576, head_dim 64, 9 query / 3 KV heads), Gemma 3 270M (hidden 640,
 // head_dim 256, 4 / 1), and synthetic head_dim 64/128/256 with GQA groups 1/3/8.
+//
+// Then the whole model both ways: Llama::forward with StaticShapes (what every program runs)
+// and with DynamicShapes (each dimension a run-time value, from the same source), on the real
+// files (SmolLM2 Q4_1 and Gemma 3 Q4_K_M, int8 activations): pp512 and tg128 as llama-bench
+// defines them, the two forms' runs interleaved, their logits required to agree bitwise. The
+// files default to where scripts/fetch_model.sh caches them; a missing one is skipped, said.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <string_view>
@@ -24,6 +33,7 @@
 
 #include <tinfer/core/extent.hpp>
 #include <tinfer/core/half.hpp>
+#include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kernels/attention.hpp>
 #include <tinfer/kernels/int8_activations.hpp>
 #include <tinfer/kernels/int8_dot.hpp>
@@ -32,7 +42,10 @@
 #include <tinfer/kernels/rope.hpp>
 #include <tinfer/kernels/sampling.hpp>
 #include <tinfer/kv/codec.hpp>
+#include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/kv/kv_view.hpp>
+#include <tinfer/model/llama.hpp>
+#include <tinfer/presets/presets.hpp>
 #include <tinfer/quant/quant_blocks.hpp>
 
 namespace {
@@ -48,6 +61,12 @@ double now_seconds() {
     timespec t{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+// A dimension as the dynamic form receives it: a run-time value (core/extent.hpp's
+// opaque_int), so the optimizer cannot fold the benchmark's constant back into the kernel.
+DynamicExtent dynamic_extent(int n) {
+    return {opaque_int(n)};
 }
 
 int repeats = 21;
@@ -138,7 +157,7 @@ void bench_rmsnorm(char const* what, int rows) {
         kernels::rmsnorm(extent, x.data(), w.data(), 1e-6f, rows, out.data(), 1);
     };
     Timing const t = side_by_side([&] { run(StaticExtent<width>{}, out_static); },
-                                  [&] { run(DynamicExtent{width}, out_dynamic); });
+                                  [&] { run(dynamic_extent(width), out_dynamic); });
     report("rmsnorm",
            std::string(what) + " width " + std::to_string(width) + " x " + std::to_string(rows), t,
            out_static == out_dynamic);
@@ -160,7 +179,7 @@ void bench_rope(char const* what, int heads, int rows) {
                                                    rows, heads, stride, table.data(), 1);
         },
         [&] {
-            kernels::apply_rope<RopePairing::neox>(DynamicExtent{head_dim}, out_dynamic.data(),
+            kernels::apply_rope<RopePairing::neox>(dynamic_extent(head_dim), out_dynamic.data(),
                                                    rows, heads, stride, table.data(), 1);
         });
     // Both were rotated the same number of times (the calibration may differ): rerun once
@@ -169,8 +188,8 @@ void bench_rope(char const* what, int heads, int rows) {
     out_dynamic = x;
     kernels::apply_rope<RopePairing::neox>(StaticExtent<head_dim>{}, out_static.data(), rows, heads,
                                            stride, table.data(), 1);
-    kernels::apply_rope<RopePairing::neox>(DynamicExtent{head_dim}, out_dynamic.data(), rows, heads,
-                                           stride, table.data(), 1);
+    kernels::apply_rope<RopePairing::neox>(dynamic_extent(head_dim), out_dynamic.data(), rows,
+                                           heads, stride, table.data(), 1);
     report("rope (neox)",
            std::string(what) + " d" + std::to_string(head_dim) + " " + std::to_string(heads) +
                " heads x " + std::to_string(rows),
@@ -183,7 +202,7 @@ void bench_rope(char const* what, int heads, int rows) {
                                 table.data());
         },
         [&] {
-            kernels::rope_table(DynamicExtent{head_dim}, 10000.0, positions.data(), rows,
+            kernels::rope_table(dynamic_extent(head_dim), 10000.0, positions.data(), rows,
                                 table_dynamic.data());
         });
     report("rope table",
@@ -211,7 +230,8 @@ void bench_attention(char const* what, int kv_heads, int context, int queries) {
     };
     kernels::AttentionKernel<StaticExtent<head_dim>, StaticExtent<group>> const fixed;
     kernels::AttentionKernel<DynamicExtent, DynamicExtent, DynamicExtent, DynamicExtent> const any(
-        DynamicExtent{head_dim}, DynamicExtent{group}, DynamicExtent{0}, DynamicExtent{head_dim});
+        dynamic_extent(head_dim), dynamic_extent(group), dynamic_extent(0),
+        dynamic_extent(head_dim));
     std::vector<float> scratch(std::max(fixed.scratch_floats(), any.scratch_floats()));
     Timing const t =
         side_by_side([&] { fixed.attend(view, kv_heads, chunk(out_static), 1, scratch); },
@@ -297,7 +317,7 @@ void bench_linear(char const* what, int rows, int tokens) {
     std::string const shape = std::string(what) + " " + std::to_string(cols) + "->" +
                               std::to_string(rows) + " x " + std::to_string(tokens);
     Timing const t = side_by_side([&] { run_float(StaticExtent<cols>{}, out_static); },
-                                  [&] { run_float(DynamicExtent{cols}, out_dynamic); });
+                                  [&] { run_float(dynamic_extent(cols), out_dynamic); });
     report(kernel, shape, t, bitwise_equal(out_static, out_dynamic));
     if constexpr (kernels::has_int8_dot(W)) {
         std::vector<std::byte> gate_strips(kernels::int8_strip_matrix_bytes(W, rows, cols)),
@@ -321,7 +341,7 @@ void bench_linear(char const* what, int rows, int tokens) {
             }
         };
         Timing const t8 = side_by_side([&] { run_int8(StaticExtent<cols>{}, out_static); },
-                                       [&] { run_int8(DynamicExtent{cols}, out_dynamic); });
+                                       [&] { run_int8(dynamic_extent(cols), out_dynamic); });
         report(kernel + " int8 strips", shape, t8, bitwise_equal(out_static, out_dynamic));
     }
 }
@@ -346,7 +366,7 @@ void bench_sampling(char const* what) {
             },
             [&] {
                 tokens_dynamic.push_back(static_cast<float>(
-                    kernels::sample_token(DynamicExtent{vocab}, logits, params, {}, 1,
+                    kernels::sample_token(dynamic_extent(vocab), logits, params, {}, 1,
                                           step_dynamic++, workspace_dynamic)
                         .token));
             });
@@ -376,7 +396,7 @@ void bench_kv_codec(char const* what, int vectors) {
                           out.data() + stored * static_cast<std::size_t>(v));
     };
     Timing const ta = side_by_side([&] { append(StaticExtent<head_dim>{}, encoded_static); },
-                                   [&] { append(DynamicExtent{head_dim}, encoded_dynamic); });
+                                   [&] { append(dynamic_extent(head_dim), encoded_dynamic); });
     std::string const shape = std::string(what) + " d" + std::to_string(head_dim) + " x " +
                               std::to_string(vectors) + " vectors";
     report(std::string("kv append ") + std::string(Codec::name), shape, ta,
@@ -388,7 +408,7 @@ void bench_kv_codec(char const* what, int vectors) {
                           out.data() + static_cast<std::size_t>(v) * head_dim);
     };
     Timing const td = side_by_side([&] { decode(StaticExtent<head_dim>{}, decoded_static); },
-                                   [&] { decode(DynamicExtent{head_dim}, decoded_dynamic); });
+                                   [&] { decode(dynamic_extent(head_dim), decoded_dynamic); });
     report(std::string("kv decode ") + std::string(Codec::name), shape, td,
            bitwise_equal(decoded_static, decoded_dynamic));
 }
@@ -403,9 +423,102 @@ void bench_kv_codecs(char const* what, int vectors) {
     bench_kv_codec<kv::Int4Codec, head_dim>(what, vectors);
 }
 
+// ---- The whole model, StaticShapes against DynamicShapes ----
+int model_repeats = 5;
+int model_threads = 1;
+
+// pp512 and tg128 of one model file, each form's runs interleaved with the other's (which goes
+// first alternates); t/s from the median time, the ratio the median of the pairs' time ratios.
+template <ModelConfig Cfg>
+void bench_model(char const* what, std::filesystem::path const& path) {
+    if (!std::filesystem::exists(path)) {
+        std::printf("model %s: %s not found (scripts/fetch_model.sh fetches it): skipped\n", what,
+                    path.c_str());
+        return;
+    }
+    using Model = model::Llama<Cfg>;
+    using Precision = kernels::Int8Activations;
+    auto const file = gguf::File::open(path);
+    Model const m = Model::bind(file);
+    constexpr int prompt_tokens = 512, generated_tokens = 128;
+    typename Model::Workspace ws(prompt_tokens, model_threads);
+    kv::ContiguousKvCache<Cfg> cache(1, prompt_tokens + generated_tokens);
+    std::vector<float> logits_static(Cfg.vocab), logits_dynamic(Cfg.vocab);
+    std::mt19937 random(7);
+    std::vector<std::int32_t> prompt(prompt_tokens);
+    for (auto& t : prompt) t = static_cast<std::int32_t>(random() % Cfg.vocab);
+
+    // Seconds of one run of `test` under Shapes, its last logits left in `logits`.
+    auto const pp = [&]<class Shapes>(Shapes, std::vector<float>& logits) {
+        cache.clear(0);
+        SequenceChunk const chunk{.slot = 0, .first_position = 0, .tokens = prompt};
+        double const start = now_seconds();
+        m.template forward<Precision, Shapes>(std::span(&chunk, 1), cache, ws, logits);
+        return now_seconds() - start;
+    };
+    auto const tg = [&]<class Shapes>(Shapes, std::vector<float>& logits) {
+        cache.clear(0);
+        std::int32_t next = prompt[0];
+        double const start = now_seconds();
+        for (int i = 0; i < generated_tokens; ++i) {
+            SequenceChunk const chunk{
+                .slot = 0, .first_position = i, .tokens = std::span(&next, 1)};
+            m.template forward<Precision, Shapes>(std::span(&chunk, 1), cache, ws, logits);
+            next = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) -
+                                             logits.begin());
+        }
+        return now_seconds() - start;
+    };
+    auto const compare = [&](char const* test, int tokens, auto const& run) {
+        run(StaticShapes{}, logits_static);  // warm-up: the int8 strips are repacked here
+        run(DynamicShapes{}, logits_dynamic);
+        std::vector<double> s, d, ratios;
+        for (int r = 0; r < model_repeats; ++r) {
+            if (r % 2 == 0) {
+                s.push_back(run(StaticShapes{}, logits_static));
+                d.push_back(run(DynamicShapes{}, logits_dynamic));
+            } else {
+                d.push_back(run(DynamicShapes{}, logits_dynamic));
+                s.push_back(run(StaticShapes{}, logits_static));
+            }
+            ratios.push_back(d.back() / s.back());
+        }
+        bool const equal = std::memcmp(logits_static.data(), logits_dynamic.data(),
+                                       logits_static.size() * sizeof(float)) == 0;
+        if (!equal) ++failures;
+        double const static_rate = tokens / median(s), dynamic_rate = tokens / median(d);
+        std::string const shape = std::string(what) + ", int8 activations, " +
+                                  std::to_string(model_threads) + " thread" +
+                                  (model_threads > 1 ? "s" : "");
+        if (markdown) {
+            std::printf("| %s | %s | %.1f | %.1f | %.2f |%s\n", test, shape.c_str(), static_rate,
+                        dynamic_rate, median(ratios), equal ? "" : " **logits differ**");
+        } else {
+            std::printf(
+                "model %-6s %-44s static %8.1f t/s  dynamic %8.1f t/s  time ratio %5.2f%s\n", test,
+                shape.c_str(), static_rate, dynamic_rate, median(ratios),
+                equal ? "" : "  LOGITS DIFFER");
+        }
+        std::fflush(stdout);
+    };
+    compare("pp512", prompt_tokens, pp);
+    compare("tg128", generated_tokens, tg);
+}
+
+// Where scripts/fetch_model.sh caches a model.
+std::filesystem::path cached_model(char const* name) {
+    char const* home = std::getenv("HOME");
+    return std::filesystem::path(home ? home : ".") / ".cache/tinfer/models" / name;
+}
+
+void run_kernels();
+
 }  // namespace
 
 int main(int argc, char** argv) {
+    std::filesystem::path smollm2 = cached_model("SmolLM2-135M-Instruct.Q4_1.gguf");
+    std::filesystem::path gemma3 = cached_model("gemma-3-270m-q4_k_m.gguf");
+    bool kernels_wanted = true, models_wanted = true;
     for (int i = 1; i < argc; ++i) {
         std::string_view const arg = argv[i];
         if (arg == "--repeats" && i + 1 < argc) {
@@ -414,11 +527,58 @@ int main(int argc, char** argv) {
             markdown = true;
         } else if (arg == "--wall") {
             wall_clock = true;
+        } else if (arg == "--model" && i + 1 < argc) {
+            smollm2 = argv[++i];
+        } else if (arg == "--gemma3" && i + 1 < argc) {
+            gemma3 = argv[++i];
+        } else if (arg == "--model-repeats" && i + 1 < argc) {
+            model_repeats = std::max(1, std::atoi(argv[++i]));
+        } else if (arg == "--threads" && i + 1 < argc) {
+            model_threads = std::max(1, std::atoi(argv[++i]));
+        } else if (arg == "--models-only") {
+            kernels_wanted = false;
+        } else if (arg == "--kernels-only") {
+            models_wanted = false;
         } else {
-            std::fprintf(stderr, "usage: specialization [--repeats N] [--markdown] [--wall]\n");
+            std::fprintf(stderr,
+                         "usage: specialization [--repeats N] [--markdown] [--wall] [--model "
+                         "FILE] [--gemma3 FILE] [--model-repeats N] [--threads N] "
+                         "[--models-only | --kernels-only]\n");
             return 2;
         }
     }
+    // Thread CPU time counts one thread: a team of several is timed by the wall clock.
+    if (model_threads > 1 && models_wanted && !wall_clock) {
+        std::fprintf(stderr, "specialization: --threads %d times the models by the wall clock\n",
+                     model_threads);
+        if (!kernels_wanted) wall_clock = true;
+    }
+    if (kernels_wanted) run_kernels();
+    if (models_wanted) {
+        bool const cpu_time = !wall_clock;
+        if (model_threads > 1) wall_clock = true;
+        if (markdown) {
+            std::printf("\n| model | shape | static t/s | dynamic t/s | dynamic / static time |\n");
+            std::printf("|---|---|---|---|---|\n");
+        }
+        bench_model<presets::smollm2_135m>("SmolLM2 Q4_1", smollm2);
+        bench_model<presets::gemma3_270m>("Gemma 3 Q4_K_M", gemma3);
+        wall_clock = !cpu_time;
+    }
+    if (failures > 0) {
+        std::fprintf(stderr,
+                     "specialization: %d kernel(s) or model(s) gave different outputs static and "
+                     "dynamic\n",
+                     failures);
+        return 1;
+    }
+    return 0;
+}
+
+namespace {
+
+// Every kernel both ways.
+void run_kernels() {
     if (markdown) {
         std::printf("| kernel | shape | static us | dynamic us | dynamic / static |\n");
         std::printf("|---|---|---|---|---|\n");
@@ -474,12 +634,6 @@ int main(int argc, char** argv) {
     bench_kv_codecs<64>("SmolLM2", 1024);
     bench_kv_codecs<128>("synthetic", 1024);
     bench_kv_codecs<256>("Gemma3", 1024);
-    if (failures > 0) {
-        std::fprintf(stderr,
-                     "specialization: %d kernel(s) gave different outputs static and "
-                     "dynamic\n",
-                     failures);
-        return 1;
-    }
-    return 0;
 }
+
+}  // namespace
