@@ -4,7 +4,8 @@
 //   3. serve it with the Engine: a pp/tg measurement of one request, llama-bench style
 //      (prompt tokens / prefill seconds, generated tokens / decode seconds);
 //   4. time this shape's attention, RMSNorm and RoPE with every dimension static (generated for
-//      the shape) against dynamic (one instantiation for any shape), from the same source.
+//      the shape) against dynamic (one instantiation for any shape), from the same source, and
+//      the whole forward pass both ways (Llama::forward<Precision, DynamicShapes>).
 // usage: custom_shape [gguf path to write] [prompt tokens] [generated tokens]
 #include <algorithm>
 #include <chrono>
@@ -43,6 +44,12 @@ using MyEngine = Engine<model::Llama<my_shape>, Serving>;
 
 double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A dimension as a program that read it at run time holds it: the optimizer cannot fold it
+// back into this shape's constant (core/extent.hpp).
+DynamicExtent dynamic(int n) {
+    return {opaque_int(n)};
 }
 
 // Median seconds per call, static and dynamic samples interleaved.
@@ -85,13 +92,13 @@ void kernel_table() {
                                                        w.data(), 1e-5f, 1, out.data());
                                   },
                                   [&] {
-                                      kernels::rmsnorm(DynamicExtent{my_shape.hidden}, x.data(),
-                                                       w.data(), 1e-5f, 1, out.data());
+                                      kernels::rmsnorm(dynamic(my_shape.hidden), x.data(), w.data(),
+                                                       1e-5f, 1, out.data());
                                   }));
     row("rmsnorm head_dim x 6 heads",
         side_by_side(
             [&] { kernels::rmsnorm(StaticExtent<d>{}, x.data(), w.data(), 1e-5f, 6, out.data()); },
-            [&] { kernels::rmsnorm(DynamicExtent{d}, x.data(), w.data(), 1e-5f, 6, out.data()); }));
+            [&] { kernels::rmsnorm(dynamic(d), x.data(), w.data(), 1e-5f, 6, out.data()); }));
     std::vector<int> positions(512);
     for (int i = 0; i < 512; ++i) positions[static_cast<std::size_t>(i)] = i;
     std::vector<float> table(static_cast<std::size_t>(512) * d);
@@ -103,7 +110,7 @@ void kernel_table() {
                                                                my_shape.heads, q_row, table.data());
                                        },
                                        [&] {
-                                           kernels::apply_rope(DynamicExtent{d}, x.data(), 512,
+                                           kernels::apply_rope(dynamic(d), x.data(), 512,
                                                                my_shape.heads, q_row, table.data());
                                        }));
     int const context = 1024;
@@ -119,11 +126,55 @@ void kernel_table() {
                                         .out_stride = q_row};
     kernels::AttentionKernel<StaticExtent<d>, StaticExtent<group>> const fixed;
     kernels::AttentionKernel<DynamicExtent, DynamicExtent, DynamicExtent, DynamicExtent> const any(
-        DynamicExtent{d}, DynamicExtent{group}, DynamicExtent{0}, DynamicExtent{d});
+        dynamic(d), dynamic(group), dynamic(0), dynamic(d));
     std::vector<float> scratch(std::max(fixed.scratch_floats(), any.scratch_floats()));
     row("attention decode ctx 1024",
         side_by_side([&] { fixed.attend(view, my_shape.kv_heads, chunk, 1, scratch); },
                      [&] { any.attend(view, my_shape.kv_heads, chunk, 1, scratch); }));
+}
+
+// The whole forward pass both ways (Llama::forward with StaticShapes, what the engine runs,
+// and DynamicShapes, every dimension at run time): a prefill of `prompt_tokens` and a decode
+// of `generated` tokens, milliseconds per run, interleaved; the logits must agree bitwise.
+bool model_rows(std::string const& path, int prompt_tokens, int generated) {
+    using Model = model::Llama<my_shape>;
+    auto const file = gguf::File::open(path);
+    Model const m = Model::bind(file);
+    typename Model::Workspace ws(prompt_tokens, 1);
+    kv::ContiguousKvCache<my_shape> cache(1, prompt_tokens + generated);
+    std::vector<std::int32_t> prompt(static_cast<std::size_t>(prompt_tokens));
+    for (int i = 0; i < prompt_tokens; ++i) prompt[static_cast<std::size_t>(i)] = (i * 17) % 97;
+    std::vector<float> fixed_logits(my_shape.vocab), any_logits(my_shape.vocab);
+    auto const prefill = [&]<class Shapes>(Shapes, std::vector<float>& logits) {
+        cache.clear(0);
+        SequenceChunk const chunk{.slot = 0, .first_position = 0, .tokens = prompt};
+        m.forward<kernels::Float32Activations, Shapes>(std::span(&chunk, 1), cache, ws, logits);
+    };
+    auto const decode = [&]<class Shapes>(Shapes, std::vector<float>& logits) {
+        cache.clear(0);
+        std::int32_t next = 1;
+        for (int i = 0; i < generated; ++i) {
+            SequenceChunk const chunk{
+                .slot = 0, .first_position = i, .tokens = std::span(&next, 1)};
+            m.forward<kernels::Float32Activations, Shapes>(std::span(&chunk, 1), cache, ws, logits);
+            next = static_cast<std::int32_t>(std::ranges::max_element(logits) - logits.begin());
+        }
+    };
+    bool equal = true;
+    auto const both = [&](std::string const& what, auto const& run) {
+        auto const t = side_by_side([&] { run(StaticShapes{}, fixed_logits); },
+                                    [&] { run(DynamicShapes{}, any_logits); });
+        std::printf("| %-28s | %10.2f | %10.2f | %5.2f |\n", what.c_str(), t.first * 1e3,
+                    t.second * 1e3, t.second / t.first);
+        equal = equal && fixed_logits == any_logits;
+    };
+    std::printf(
+        "\n| whole model, f32 activations |  static ms | dynamic ms | ratio |\n"
+        "|---|---|---|---|\n");
+    both("prefill pp" + std::to_string(prompt_tokens), prefill);
+    both("decode tg" + std::to_string(generated), decode);
+    if (!equal) std::fprintf(stderr, "custom_shape: static and dynamic logits differ\n");
+    return equal;
 }
 
 }  // namespace
@@ -176,7 +227,7 @@ int main(int argc, char** argv) try {
                 prompt_tokens / prefill, generated, (generated - 1) / decode,
                 std::string(name_of(finish)).c_str());
     kernel_table();
-    return 0;
+    return model_rows(path, prompt_tokens, generated) ? 0 : 1;
 } catch (std::exception const& e) {
     std::fprintf(stderr, "custom_shape: %s\n", e.what());
     return 1;

@@ -551,7 +551,7 @@ class PagedKvCache {
         std::byte* base = block_data(block);
         auto const slot = static_cast<std::size_t>(position % BlockSize);
         // head_dim static: the static form measured 1.08-1.09x on int4 append at head_dim 64 and
-        // 128 in two runs (0.95-1.03x on the other codecs; bench/specialization,
+        // 128 (AMD), 1.00-1.53x on fp32 and 1.06-1.24x on bf16 (Intel; bench/specialization,
         // docs/specialization.md).
         for (int h = 0; h < Cfg.kv_heads; ++h) {
             KCodec::template encode<Cfg.head_dim>(k + h * Cfg.head_dim,

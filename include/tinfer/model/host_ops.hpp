@@ -221,9 +221,10 @@ class HostOps {
     void gated_ffn(kernels::WeightMatrix const& gate, kernels::WeightMatrix const& up) {
         using Gate = typename Plan::Gate;
         int const ffn = this->ffn();
-        // The input width: static on the int8 strips, whose static form measured 1.07-1.08x at
-        // SmolLM2's 128-token prefill in two runs (1.00-1.01x at decode); at run time on the
-        // float rows, 1.01-1.05x (bench/specialization, docs/specialization.md).
+        // The input width: static on the int8 strips (under StaticShapes), whose static form
+        // measured 1.07-1.08x at SmolLM2's 128-token prefill on the AMD machine (0.93-1.01x on
+        // the Intel one); at run time on the float rows, 1.01-1.05x AMD, 1.04-1.10x Intel at
+        // 128 tokens (bench/specialization, docs/specialization.md).
         if (gate.type == up.type) {
             kernels::dispatch_weight_type(gate.type, [&]<DType W>() {
                 if constexpr (int8_precision && kernels::has_int8_dot(W)) {
@@ -305,9 +306,9 @@ class HostOps {
     }
 
     // y = x . W^T (or +=) over the team with the kernel of W's own type; no barrier. The input
-    // width at run time: the static form measured 0.98-1.04x on the weight types the files
-    // hold (f16: 1.10x, no shipped file's matrices), 0.92-1.01x on the int8 strips
-    // (bench/specialization, docs/specialization.md).
+    // width at run time: the static form measured 1.00-1.04x on the int8 strips (the default
+    // precision) on both machines; on the float rows 0.96-1.04x (AMD) but 1.09-1.11x at 128
+    // tokens (Intel), left dynamic: three widths per weight type (docs/specialization.md).
     void project(kernels::WeightMatrix const& w, Activations input, float* y, std::size_t y_stride,
                  kernels::Store store) {
         auto const [x, width] = input_of(input);
