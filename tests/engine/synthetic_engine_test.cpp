@@ -548,6 +548,37 @@ BOOST_AUTO_TEST_CASE(n_choices_prefill_the_prompt_once_and_fork_its_blocks) {
     }
 }
 
+// Choices count toward max_seqs: a request of n choices is admitted only where all n fit, so
+// with max_seqs 4 three requests of n = 3 never run more than 4 sequences at once (the forked
+// choices used to join past it: 9 at once), and every choice still runs to its end.
+BOOST_AUTO_TEST_CASE(choices_count_toward_max_seqs) {
+    Engine<Model, Serving> engine(
+        model_file(), options(),
+        Serving(s::ContinuousBatching<2, 256>{.max_seqs = 4, .max_batched_tokens = 256}));
+    constexpr int requests = 3, n = 3, max_tokens = 6;
+    int finished = 0, tokens = 0;
+    for (int i = 0; i < requests; ++i) {
+        GenerationRequest r = greedy(prompt_of(40 + static_cast<std::uint64_t>(i), 11), max_tokens);
+        r.sampling.temperature = 1;
+        r.seed = 7;
+        r.n = n;
+        engine.submit(r, [&](TokenEvent const& e) {
+            tokens += e.token >= 0;
+            finished += e.finish.has_value();
+        });
+    }
+    std::size_t peak = 0;
+    for (int step = 0; finished < requests * n && step < 500; ++step) {
+        engine.step();
+        peak = std::max(peak, engine.scheduler().running().size());
+        BOOST_TEST(engine.scheduler().running().size() <= 4u, "step " << step);
+    }
+    BOOST_TEST(finished == requests * n);
+    BOOST_TEST(tokens == requests * n * max_tokens);
+    BOOST_TEST(peak == static_cast<std::size_t>(n));  // one request's choices at a time: 3 + 3 > 4
+    BOOST_TEST(engine.cache().used_blocks() == 0);
+}
+
 // Without a seed the engine draws a fresh one: two identical requests sample differently (16
 // tokens at temperature 1 over 32 tokens agree by chance with negligible probability), where
 // two with the same seed agree.

@@ -333,7 +333,9 @@ class Engine {
                 .prompt_length = static_cast<int>(r.prompt.size()),
                 .max_new_tokens = r.request.max_tokens,
                 .priority = r.request.priority,
-                .tenant = sched::TenantId{r.request.tenant}};
+                .tenant = sched::TenantId{r.request.tenant},
+                // Choice 0 is admitted with a seat for each choice that forks from it.
+                .seats = r.choice == 0 ? r.request.n : 1};
     }
 
     // Moves submitted requests into the scheduler and carries out aborts. Of a request with
@@ -417,11 +419,12 @@ class Engine {
         LiveRequest& r = it->second;
         r.awaiting_fork = false;
         if (fork.finished) {
+            scheduler_.release_seat(fork.leader);
             retire(fork.follower);
             return;
         }
         r.kv = kv_.fork(live_.at(fork.leader).kv);
-        scheduler_.add_forked(scheduled_as(fork.follower, r),
+        scheduler_.add_forked(scheduled_as(fork.follower, r), fork.leader,
                               /*computed=*/static_cast<int>(r.prompt.size()),
                               /*generated=*/static_cast<int>(r.output.tokens().size()));
     }

@@ -53,6 +53,10 @@ struct NewRequest {
     int max_new_tokens = 0;
     int priority = 0;  // lower runs first under the Priority order
     TenantId tenant{};
+    // Sequences it runs as once its prompt is computed: n for a request of n choices, whose
+    // other n - 1 fork its KV then (Scheduler::add_forked). It is admitted only where all n
+    // fit under max_seqs, so the choices joining it never push the running set past it.
+    int seats = 1;
 };
 
 // The scheduler's record of one live request. Queue orders and preemption policies read it.
@@ -66,6 +70,8 @@ struct Request {
     int computed = 0;           // leading context positions whose KV has been computed
     int generated = 0;          // tokens sampled so far
     int preemptions = 0;
+    // Of max_seqs: 1, plus the choices still to fork from it (NewRequest::seats).
+    int seats = 1;
     RequestState state = RequestState::waiting;
     // The static batch it was admitted into; empty until admitted, and under batching policies
     // that let requests join a running batch.

@@ -89,6 +89,9 @@ class Scheduler {
                                std::to_string(spec.max_new_tokens));
         if (requests_.contains(spec.id))
             throw RequestError(to_string(spec.id) + " is already queued or running");
+        if (spec.seats < 1 || spec.seats > batching_.max_seqs)
+            throw RequestError(to_string(spec.id) + ": runs as " + std::to_string(spec.seats) +
+                               " sequences; max_seqs is " + std::to_string(batching_.max_seqs));
         int const longest_prefill = spec.prompt_length + spec.max_new_tokens - 1;
         if (prefill_.chunk_length(longest_prefill, batching_.max_batched_tokens) <= 0)
             throw RequestError(to_string(spec.id) + ": prompt_length + max_new_tokens - 1 = " +
@@ -100,7 +103,8 @@ class Scheduler {
                         .max_new_tokens = spec.max_new_tokens,
                         .priority = spec.priority,
                         .tenant = spec.tenant,
-                        .arrival = next_arrival_++};
+                        .arrival = next_arrival_++,
+                        .seats = spec.seats};
         Request const& stored = requests_.emplace(spec.id, request).first->second;
         waiting_.push_back(spec.id);
         if constexpr (requires { order_.on_arrival(stored); }) order_.on_arrival(stored);
@@ -108,9 +112,11 @@ class Scheduler {
 
     // A request that already holds KV: a choice of an n > 1 request, forked from the prompt's
     // KV after its pass with its first token sampled (`computed` positions cached, `generated`
-    // tokens sampled). It joins the running set at once, beside the choice it forked from,
-    // even past max_seqs: its KV is already held, and a request's choices run together.
-    void add_forked(NewRequest const& spec, int computed, int generated) {
+    // tokens sampled). It joins the running set at once, beside the choice it forked from, in
+    // the seat `leader` was admitted with for it (NewRequest::seats), so max_seqs holds. (If
+    // the leader ended on its first token it has no seats left: the choice joins regardless,
+    // its KV already held, and the running set may exceed max_seqs until one ends.)
+    void add_forked(NewRequest const& spec, RequestId leader, int computed, int generated) {
         if (requests_.contains(spec.id))
             throw RequestError(to_string(spec.id) + " is already queued or running");
         if (computed < 1 || generated < 1 || computed > spec.prompt_length + generated - 1 ||
@@ -132,9 +138,25 @@ class Scheduler {
             request.batch = current_batch_;
             ++live_batch_members_;
         }
+        release_seat(leader);
         Request const& stored = requests_.emplace(spec.id, request).first->second;
         running_.push_back(spec.id);
         if constexpr (requires { order_.on_arrival(stored); }) order_.on_arrival(stored);
+    }
+
+    // A choice of `leader`'s that ended on the first token it sampled from the prompt's pass
+    // gives back the seat held for it (as does add_forked for one that runs on).
+    void release_seat(RequestId leader) {
+        auto const found = requests_.find(leader);
+        if (found != requests_.end() && found->second.seats > 1) --found->second.seats;
+    }
+
+    // Sequences the running set holds seats for: each running request and the choices still
+    // to fork from it; never over max_seqs but where add_forked says.
+    int running_seats() const {
+        int seats = 0;
+        for (RequestId id : running_) seats += requests_.at(id).seats;
+        return seats;
     }
 
     // Queues a request whose prompt KV and first token were computed elsewhere (prefill/decode
@@ -400,7 +422,7 @@ class Scheduler {
     template <class Kv>
     void swap_in(Kv const& kv, StepPlan& plan, Step& step) {
         while (!swapped_.empty() &&
-               running_.size() < static_cast<std::size_t>(batching_.max_seqs)) {
+               running_seats() + requests_.at(swapped_.front()).seats <= batching_.max_seqs) {
             Request& request = requests_.at(swapped_.front());
             int const tokens = tokens_to_run(kv, request, step);
             if (tokens == 0) {
@@ -427,8 +449,9 @@ class Scheduler {
         bool const batch_open = !Batching::joins_running_batch && live_batch_members_ > 0;
         std::uint64_t const forming_batch = current_batch_ + 1;
         for (std::size_t index = 0; index < waiting_.size();) {
-            if (running_.size() >= static_cast<std::size_t>(batching_.max_seqs)) return;
             Request& request = requests_.at(waiting_[index]);
+            // In order: one that needs more seats than are free waits, and so do those after it.
+            if (running_seats() + request.seats > batching_.max_seqs) return;
             if (batch_open && request.batch != current_batch_) {
                 ++index;
                 continue;
