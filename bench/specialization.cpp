@@ -547,15 +547,9 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
-    // Thread CPU time counts one thread: a team of several is timed by the wall clock.
-    if (model_threads > 1 && models_wanted && !wall_clock) {
-        std::fprintf(stderr, "specialization: --threads %d times the models by the wall clock\n",
-                     model_threads);
-        if (!kernels_wanted) wall_clock = true;
-    }
     if (kernels_wanted) run_kernels();
     if (models_wanted) {
-        bool const cpu_time = !wall_clock;
+        // Thread CPU time counts one thread: a team of several is timed by the wall clock.
         if (model_threads > 1) wall_clock = true;
         if (markdown) {
             std::printf("\n| model | shape | static t/s | dynamic t/s | dynamic / static time |\n");
@@ -563,7 +557,6 @@ int main(int argc, char** argv) {
         }
         bench_model<presets::smollm2_135m>("SmolLM2 Q4_1", smollm2);
         bench_model<presets::gemma3_270m>("Gemma 3 Q4_K_M", gemma3);
-        wall_clock = !cpu_time;
     }
     if (failures > 0) {
         std::fprintf(stderr,
