@@ -2,7 +2,7 @@
 # What each kernel instantiation costs to compile (issue 16): bench/instantiation_cost.cpp once
 # per part and form, as the benchmarks are built (g++ -O3 -march=native -fopenmp, C++20), one
 # compile at a time; prints compile seconds and the object's code bytes (size's text column).
-# usage: scripts/instantiation_cost.sh [--markdown]
+# usage: scripts/instantiation_cost.sh   (prints a markdown table)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cxx=${CXX:-g++}
