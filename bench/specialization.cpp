@@ -63,12 +63,6 @@ double now_seconds() {
     return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
-// A dimension as the dynamic form receives it: a run-time value (core/extent.hpp's
-// opaque_int), so the optimizer cannot fold the benchmark's constant back into the kernel.
-DynamicExtent dynamic_extent(int n) {
-    return {opaque_int(n)};
-}
-
 int repeats = 21;
 bool markdown = false;
 int failures = 0;
@@ -157,7 +151,7 @@ void bench_rmsnorm(char const* what, int rows) {
         kernels::rmsnorm(extent, x.data(), w.data(), 1e-6f, rows, out.data(), 1);
     };
     Timing const t = side_by_side([&] { run(StaticExtent<width>{}, out_static); },
-                                  [&] { run(dynamic_extent(width), out_dynamic); });
+                                  [&] { run(opaque_extent(width), out_dynamic); });
     report("rmsnorm",
            std::string(what) + " width " + std::to_string(width) + " x " + std::to_string(rows), t,
            out_static == out_dynamic);
@@ -179,7 +173,7 @@ void bench_rope(char const* what, int heads, int rows) {
                                                    rows, heads, stride, table.data(), 1);
         },
         [&] {
-            kernels::apply_rope<RopePairing::neox>(dynamic_extent(head_dim), out_dynamic.data(),
+            kernels::apply_rope<RopePairing::neox>(opaque_extent(head_dim), out_dynamic.data(),
                                                    rows, heads, stride, table.data(), 1);
         });
     // Both were rotated the same number of times (the calibration may differ): rerun once
@@ -188,8 +182,8 @@ void bench_rope(char const* what, int heads, int rows) {
     out_dynamic = x;
     kernels::apply_rope<RopePairing::neox>(StaticExtent<head_dim>{}, out_static.data(), rows, heads,
                                            stride, table.data(), 1);
-    kernels::apply_rope<RopePairing::neox>(dynamic_extent(head_dim), out_dynamic.data(), rows,
-                                           heads, stride, table.data(), 1);
+    kernels::apply_rope<RopePairing::neox>(opaque_extent(head_dim), out_dynamic.data(), rows, heads,
+                                           stride, table.data(), 1);
     report("rope (neox)",
            std::string(what) + " d" + std::to_string(head_dim) + " " + std::to_string(heads) +
                " heads x " + std::to_string(rows),
@@ -202,7 +196,7 @@ void bench_rope(char const* what, int heads, int rows) {
                                 table.data());
         },
         [&] {
-            kernels::rope_table(dynamic_extent(head_dim), 10000.0, positions.data(), rows,
+            kernels::rope_table(opaque_extent(head_dim), 10000.0, positions.data(), rows,
                                 table_dynamic.data());
         });
     report("rope table",
@@ -230,8 +224,7 @@ void bench_attention(char const* what, int kv_heads, int context, int queries) {
     };
     kernels::AttentionKernel<StaticExtent<head_dim>, StaticExtent<group>> const fixed;
     kernels::AttentionKernel<DynamicExtent, DynamicExtent, DynamicExtent, DynamicExtent> const any(
-        dynamic_extent(head_dim), dynamic_extent(group), dynamic_extent(0),
-        dynamic_extent(head_dim));
+        opaque_extent(head_dim), opaque_extent(group), opaque_extent(0), opaque_extent(head_dim));
     std::vector<float> scratch(std::max(fixed.scratch_floats(), any.scratch_floats()));
     Timing const t =
         side_by_side([&] { fixed.attend(view, kv_heads, chunk(out_static), 1, scratch); },
@@ -317,7 +310,7 @@ void bench_linear(char const* what, int rows, int tokens) {
     std::string const shape = std::string(what) + " " + std::to_string(cols) + "->" +
                               std::to_string(rows) + " x " + std::to_string(tokens);
     Timing const t = side_by_side([&] { run_float(StaticExtent<cols>{}, out_static); },
-                                  [&] { run_float(dynamic_extent(cols), out_dynamic); });
+                                  [&] { run_float(opaque_extent(cols), out_dynamic); });
     report(kernel, shape, t, bitwise_equal(out_static, out_dynamic));
     if constexpr (kernels::has_int8_dot(W)) {
         std::vector<std::byte> gate_strips(kernels::int8_strip_matrix_bytes(W, rows, cols)),
@@ -341,7 +334,7 @@ void bench_linear(char const* what, int rows, int tokens) {
             }
         };
         Timing const t8 = side_by_side([&] { run_int8(StaticExtent<cols>{}, out_static); },
-                                       [&] { run_int8(dynamic_extent(cols), out_dynamic); });
+                                       [&] { run_int8(opaque_extent(cols), out_dynamic); });
         report(kernel + " int8 strips", shape, t8, bitwise_equal(out_static, out_dynamic));
     }
 }
@@ -366,7 +359,7 @@ void bench_sampling(char const* what) {
             },
             [&] {
                 tokens_dynamic.push_back(static_cast<float>(
-                    kernels::sample_token(dynamic_extent(vocab), logits, params, {}, 1,
+                    kernels::sample_token(opaque_extent(vocab), logits, params, {}, 1,
                                           step_dynamic++, workspace_dynamic)
                         .token));
             });
@@ -396,7 +389,7 @@ void bench_kv_codec(char const* what, int vectors) {
                           out.data() + stored * static_cast<std::size_t>(v));
     };
     Timing const ta = side_by_side([&] { append(StaticExtent<head_dim>{}, encoded_static); },
-                                   [&] { append(dynamic_extent(head_dim), encoded_dynamic); });
+                                   [&] { append(opaque_extent(head_dim), encoded_dynamic); });
     std::string const shape = std::string(what) + " d" + std::to_string(head_dim) + " x " +
                               std::to_string(vectors) + " vectors";
     report(std::string("kv append ") + std::string(Codec::name), shape, ta,
@@ -408,7 +401,7 @@ void bench_kv_codec(char const* what, int vectors) {
                           out.data() + static_cast<std::size_t>(v) * head_dim);
     };
     Timing const td = side_by_side([&] { decode(StaticExtent<head_dim>{}, decoded_static); },
-                                   [&] { decode(dynamic_extent(head_dim), decoded_dynamic); });
+                                   [&] { decode(opaque_extent(head_dim), decoded_dynamic); });
     report(std::string("kv decode ") + std::string(Codec::name), shape, td,
            bitwise_equal(decoded_static, decoded_dynamic));
 }

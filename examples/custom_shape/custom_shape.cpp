@@ -46,12 +46,6 @@ double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// A dimension as a program that read it at run time holds it: the optimizer cannot fold it
-// back into this shape's constant (core/extent.hpp).
-DynamicExtent dynamic(int n) {
-    return {opaque_int(n)};
-}
-
 // Median seconds per call, static and dynamic samples interleaved.
 template <class F, class G>
 std::pair<double, double> side_by_side(F&& fixed, G&& any) {
@@ -92,13 +86,13 @@ void kernel_table() {
                                                        w.data(), 1e-5f, 1, out.data());
                                   },
                                   [&] {
-                                      kernels::rmsnorm(dynamic(my_shape.hidden), x.data(), w.data(),
-                                                       1e-5f, 1, out.data());
+                                      kernels::rmsnorm(opaque_extent(my_shape.hidden), x.data(),
+                                                       w.data(), 1e-5f, 1, out.data());
                                   }));
     row("rmsnorm head_dim x 6 heads",
         side_by_side(
             [&] { kernels::rmsnorm(StaticExtent<d>{}, x.data(), w.data(), 1e-5f, 6, out.data()); },
-            [&] { kernels::rmsnorm(dynamic(d), x.data(), w.data(), 1e-5f, 6, out.data()); }));
+            [&] { kernels::rmsnorm(opaque_extent(d), x.data(), w.data(), 1e-5f, 6, out.data()); }));
     std::vector<int> positions(512);
     for (int i = 0; i < 512; ++i) positions[static_cast<std::size_t>(i)] = i;
     std::vector<float> table(static_cast<std::size_t>(512) * d);
@@ -110,7 +104,7 @@ void kernel_table() {
                                                                my_shape.heads, q_row, table.data());
                                        },
                                        [&] {
-                                           kernels::apply_rope(dynamic(d), x.data(), 512,
+                                           kernels::apply_rope(opaque_extent(d), x.data(), 512,
                                                                my_shape.heads, q_row, table.data());
                                        }));
     int const context = 1024;
@@ -126,7 +120,7 @@ void kernel_table() {
                                         .out_stride = q_row};
     kernels::AttentionKernel<StaticExtent<d>, StaticExtent<group>> const fixed;
     kernels::AttentionKernel<DynamicExtent, DynamicExtent, DynamicExtent, DynamicExtent> const any(
-        dynamic(d), dynamic(group), dynamic(0), dynamic(d));
+        opaque_extent(d), opaque_extent(group), opaque_extent(0), opaque_extent(d));
     std::vector<float> scratch(std::max(fixed.scratch_floats(), any.scratch_floats()));
     row("attention decode ctx 1024",
         side_by_side([&] { fixed.attend(view, my_shape.kv_heads, chunk, 1, scratch); },

@@ -74,6 +74,11 @@ inline int opaque_int(int v) {
     return v;
 }
 
+// A DynamicExtent of `n` that the optimizer cannot fold back into the constant it came from.
+inline DynamicExtent opaque_extent(int n) {
+    return {opaque_int(n)};
+}
+
 // How code holding a compile-time shape hands its dimensions to kernels written over extents.
 // StaticShapes: as StaticExtent<N>, the kernels generated for the shape (what models run).
 // DynamicShapes: as DynamicExtent values the optimizer cannot fold back into constants, the
@@ -93,7 +98,7 @@ struct DynamicShapes {
     static constexpr char const* name = "dynamic";
     template <int N>
     static DynamicExtent extent() {
-        return {opaque_int(N)};
+        return opaque_extent(N);
     }
 };
 

@@ -123,17 +123,20 @@ class SyntheticModel {
         writer_.add_tensor(name, gguf::TensorType::f32, std::move(dims),
                            std::as_bytes(std::span(v)));
     }
+    // [rows][cols] values, spread scaled down with the input width unless given.
+    std::vector<float> matrix_values(int cols, int rows, float spread = 0) {
+        float const s = spread > 0 ? spread : scale_ / std::sqrt(static_cast<float>(cols) / 64.0f);
+        return random_values(static_cast<std::size_t>(rows) * cols, 0.0f, s);
+    }
     // [rows][cols] as GGUF stores it: ne0 = cols (the input features).
     void matrix(std::string const& name, int cols, int rows, float spread = 0) {
-        float const s = spread > 0 ? spread : scale_ / std::sqrt(static_cast<float>(cols) / 64.0f);
         add_f32(name, {static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(rows)},
-                random_values(static_cast<std::size_t>(rows) * cols, 0.0f, s));
+                matrix_values(cols, rows, spread));
     }
     // A layer's matrix, stored as layer_matrices_.
     void layer_matrix(std::string const& name, int cols, int rows) {
         if (layer_matrices_ == TensorType::f32) return matrix(name, cols, rows);
-        float const s = scale_ / std::sqrt(static_cast<float>(cols) / 64.0f);
-        std::vector<float> const v = random_values(static_cast<std::size_t>(rows) * cols, 0.0f, s);
+        std::vector<float> const v = matrix_values(cols, rows);
         std::vector<std::uint64_t> dims{static_cast<std::uint64_t>(cols),
                                         static_cast<std::uint64_t>(rows)};
         auto const quantized = [&]<class Block>() {
