@@ -2,8 +2,8 @@
 // weights repacked into int8 strips, for every weight type with an int8 dot (Q4_0, Q4_1, Q5_0,
 // Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; the AVX-512 VNNI path where the build has it, AVX2 where it has
 // that, and the portable path always) against a float64 product of the decoded weights and the
-// dequantized activations; the paths bitwise equal; batch invariance; the fused gated and
-// accumulating epilogues against the separate operations.
+// dequantized activations; the paths bitwise equal (prefill's panels and the strips too); batch
+// invariance; the fused gated and accumulating epilogues against the separate operations.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +16,8 @@
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
+
+#include <omp.h>
 
 #include <tinfer/kernels/int8_activations.hpp>
 #include <tinfer/kernels/isa.hpp>
@@ -213,6 +215,54 @@ void check_portable_equals_native(std::uint64_t seed, int rows, int cols, int to
     check.template operator()<Isa::avx512>(1);
 }
 
+// Prefill on AVX-512 multiplies panels (kernels/int8_panels.hpp) where the caller gives scratch,
+// the strips in place where it does not: both bitwise equal, for every format, over chunks of
+// tokens (the last one short of int8_panel_min_tokens takes the strips), column slices (cols
+// past int8_panel_slice_blocks * 32), partial strips, threads, and for the gated pair.
+template <DType T>
+void check_panels_equal_strips(std::uint64_t seed, int rows, int cols) {
+    auto rng = tt::seeded_rng(seed);
+    tt::TestWeights const w = tt::make_weights<T>(rng, rows, cols);
+    tt::TestWeights const up = tt::make_weights<T>(rng, rows, cols);
+    Strips const strips(w.matrix), up_strips(up.matrix);
+    int const chunk = k::linear_token_chunk(k::int8_row_bytes(cols));
+    for (int const tokens : {k::int8_panel_min_tokens, 13, chunk + 3}) {
+        std::vector<float> const x =
+            tt::random_floats(rng, static_cast<std::size_t>(tokens) * cols);
+        QuantizedRows const q = quantize(x, tokens, cols);
+        std::size_t const n = static_cast<std::size_t>(tokens) * rows;
+        for (int const threads : {1, 2}) {
+            std::size_t const per_thread = k::linear_scratch_floats(cols);
+            std::vector<float> scratch(per_thread * threads);
+            auto const run = [&](bool panels, bool gated) {
+                std::vector<float> y(n);
+                tt::poison(std::span<float>(y));
+#pragma omp parallel num_threads(threads)
+                {
+                    float* buffer =
+                        panels ? scratch.data() + per_thread * omp_get_thread_num() : nullptr;
+                    if (gated) {
+                        k::gated_linear_team<T, Isa::avx512>(strips.matrix, up_strips.matrix,
+                                                             q.view(), tokens, y.data(), rows,
+                                                             buffer);
+                    } else {
+                        k::linear_team<T, Isa::avx512>(strips.matrix, q.view(), tokens, y.data(),
+                                                       rows, k::Store::assign, buffer);
+                    }
+                }
+                return y;
+            };
+            for (bool const gated : {false, true}) {
+                std::vector<float> const panel = run(true, gated), strip = run(false, gated);
+                BOOST_TEST(std::memcmp(panel.data(), strip.data(), n * sizeof(float)) == 0,
+                           name_of(T) << " " << rows << "x" << cols << ", " << tokens << " tokens, "
+                                      << threads << " thread(s)" << (gated ? ", gated" : "")
+                                      << ": panels and strips differ");
+            }
+        }
+    }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(int8_linear)
@@ -406,6 +456,21 @@ BOOST_AUTO_TEST_CASE(portable_is_bitwise_native) {
         check_portable_equals_native<DType::q5_k>(3000 + rows, rows, cols, tokens);
         check_portable_equals_native<DType::q6_k>(2900 + rows, rows, cols, tokens);
     }
+}
+
+BOOST_AUTO_TEST_CASE(panels_are_bitwise_the_strips) {
+    if (!cpu_runs(Isa::avx512)) {
+        BOOST_TEST_MESSAGE("this CPU has no AVX-512 VNNI: kernels_avx512_emulated_test runs it");
+        return;
+    }
+    check_panels_equal_strips<DType::q4_0>(3100, 37, 1248);
+    check_panels_equal_strips<DType::q4_1>(3101, 19, 576);
+    check_panels_equal_strips<DType::q5_0>(3102, 37, 640);
+    check_panels_equal_strips<DType::q5_1>(3103, 21, 96);
+    check_panels_equal_strips<DType::q8_0>(3104, 37, 1248);
+    check_panels_equal_strips<DType::q4_k>(3105, 37, 1280);
+    check_panels_equal_strips<DType::q5_k>(3106, 19, 768);
+    check_panels_equal_strips<DType::q6_k>(3107, 37, 1280);
 }
 
 // A matrix in the file's layout is refused by the int8 kernel, and a repacked one by repacking.

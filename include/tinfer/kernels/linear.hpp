@@ -7,7 +7,9 @@
 // from memory once per chunk of tokens, never once per token. Float activations: W as the GGUF
 // stores it, in any encoding; a strip of `linear_row_tile` rows is decoded once per chunk into a
 // small per-thread buffer (row_tile x cols floats, L1/L2 sized). Int8 activations: W repacked
-// once into 16-row strips (kernels/int8_dot.hpp), read in place.
+// once into 16-row strips (kernels/int8_dot.hpp), read in place by decode; a prefill chunk of
+// int8_panel_min_tokens or more on AVX-512 decodes each strip once into a panel in this thread's
+// scratch (kernels/int8_panels.hpp) and multiplies every token tile with it, the same bits.
 //
 // Threads: the *_team functions share their strips over the threads of the enclosing OpenMP
 // team (an orphaned `omp for ... nowait`), so a whole forward pass runs in one parallel region
@@ -22,6 +24,7 @@
 // batch, and with any thread count.
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -34,6 +37,7 @@
 #include <tinfer/kernels/activation_math.hpp>
 #include <tinfer/kernels/int8_activations.hpp>
 #include <tinfer/kernels/int8_dot.hpp>
+#include <tinfer/kernels/int8_panels.hpp>
 #include <tinfer/kernels/weight_matrix.hpp>
 
 namespace tinfer::kernels {
@@ -41,18 +45,33 @@ namespace tinfer::kernels {
 inline constexpr int linear_row_tile = 4;    // weight rows decoded and used together
 inline constexpr int linear_token_tile = 4;  // tokens per register tile
 
-// Floats of per-thread scratch the linear kernels need for a matrix with `cols` input
-// features: a decoded strip, twice for the gated pair.
-constexpr std::size_t linear_scratch_floats(int cols) {
-    return 2 * static_cast<std::size_t>(linear_row_tile) * static_cast<std::size_t>(cols);
-}
-
 // Tokens whose activations (tokens x row_bytes) stay in a core's L2 while a strip sweeps them.
 constexpr int linear_token_chunk(std::size_t row_bytes) {
     constexpr std::size_t l2_bytes = 256 * 1024;
     std::size_t const fit =
         l2_bytes / std::max<std::size_t>(row_bytes, 1) / linear_token_tile * linear_token_tile;
     return static_cast<int>(std::max<std::size_t>(fit, linear_token_tile));
+}
+
+// A prefill chunk of at least this many tokens multiplies panels (kernels/int8_panels.hpp) on
+// AVX-512; fewer read the strips in place, since a panel's decode then costs more than the
+// unpacking it saves (bench/int8_linear_bench at 4, 8 and 16 tokens).
+inline constexpr int int8_panel_min_tokens = 8;
+
+// Bytes of the panel path's per-thread scratch at `cols` input features: a 64-byte alignment
+// margin, two panels (a gated pair), and over the largest chunk of int8 rows the sums carried
+// between column slices and Q6_K's activation sums.
+constexpr std::size_t int8_panel_scratch_bytes(int cols) {
+    int const chunk = linear_token_chunk(int8_row_bytes(cols));
+    return 64 + 2 * int8_panel_bytes(cols) + int8_panel_partial_floats(2, chunk) * sizeof(float) +
+           int8_panel_sums_bytes(cols, chunk);
+}
+
+// Floats of per-thread scratch the linear kernels need for a matrix with `cols` input
+// features: a decoded strip, twice for the gated pair, or the panel path's scratch.
+constexpr std::size_t linear_scratch_floats(int cols) {
+    return std::max(2 * static_cast<std::size_t>(linear_row_tile) * static_cast<std::size_t>(cols),
+                    (int8_panel_scratch_bytes(cols) + sizeof(float) - 1) / sizeof(float));
 }
 
 // Float activation rows: row t at data + t * stride floats.
@@ -168,15 +187,51 @@ inline void int8_strip_products(Cols cols, WeightMatrix const& w, int strip, Int
 }
 
 // Shares the strips of an int8-strip matrix over the enclosing team, chunk by chunk of tokens:
-// run(strip, first_token, last_token).
-template <class Run>
-inline void share_int8_strips(int rows, int tokens, std::size_t x_row_bytes, Run&& run) {
+// prepare(first_token, last_token) on every thread once per chunk, then run(strip, first_token,
+// last_token) for the thread's strips.
+template <class Prepare, class Run>
+inline void share_int8_strips(int rows, int tokens, std::size_t x_row_bytes, Prepare&& prepare,
+                              Run&& run) {
     int const strips = (rows + int8_strip_rows - 1) / int8_strip_rows;
     int const chunk = linear_token_chunk(x_row_bytes);
     for (int first = 0; first < tokens; first += chunk) {
         int const last = std::min(tokens, first + chunk);
+        prepare(first, last);
 #pragma omp for schedule(static) nowait
         for (int strip = 0; strip < strips; ++strip) run(strip, first, last);
+    }
+}
+
+// A thread's scratch as the panel path lays it out (int8_panel_scratch_bytes).
+struct PanelScratch {
+    std::byte* first = nullptr;
+    std::byte* second = nullptr;
+    float* partial = nullptr;
+    int* sums = nullptr;
+};
+inline PanelScratch panel_scratch(float* buffer, int cols) {
+    auto const address = reinterpret_cast<std::uintptr_t>(buffer);
+    auto* base = reinterpret_cast<std::byte*>(buffer) + ((64 - address % 64) % 64);
+    std::size_t const panel = int8_panel_bytes(cols);
+    auto* partial = reinterpret_cast<float*>(base + 2 * panel);
+    std::size_t const partial_floats =
+        int8_panel_partial_floats(2, linear_token_chunk(int8_row_bytes(cols)));
+    return {base, base + panel, partial, reinterpret_cast<int*>(partial + partial_floats)};
+}
+
+// Whether a chunk of `tokens` multiplies panels: AVX-512, scratch given, enough tokens.
+template <Isa isa>
+constexpr bool panels_for(int tokens, float const* buffer) {
+    return isa == Isa::avx512 && TINFER_X86_TARGETS && buffer != nullptr &&
+           tokens >= int8_panel_min_tokens;
+}
+
+// The Q6_K sums of a chunk, where its panels need them.
+template <DType W, Isa isa>
+inline void prepare_panel_chunk(Int8Rows x, int cols, int first, int last, float* buffer) {
+    if constexpr (W == DType::q6_k && isa == Isa::avx512) {
+        if (panels_for<isa>(last - first, buffer))
+            int8_panel_sums(x, cols, first, last, panel_scratch(buffer, cols).sums);
     }
 }
 
@@ -263,27 +318,48 @@ void linear_team(WeightMatrix const& w, FloatRows x, int tokens, float* y, std::
     linear_team<W, isa>(DynamicExtent{w.cols}, w, x, tokens, y, y_stride, store, buffer);
 }
 
+// Int8 rows: buffer is this thread's linear_scratch_floats(w.cols) floats for the panel path,
+// or null for the strips alone (the same bits).
 template <DType W, Isa isa = Isa::native, Extent Cols>
 void linear_team(Cols cols, WeightMatrix const& w, Int8Rows x, int tokens, float* y,
-                 std::size_t y_stride, Store store, float* /*buffer*/ = nullptr) {
+                 std::size_t y_stride, Store store, float* buffer = nullptr) {
     static_assert(has_int8_dot(W),
                   "linear_team: int8 activations need weights with an int8 dot (has_int8_dot)");
     if constexpr (isa == Isa::native) {  // chosen once per matrix, not per strip
-        with_running_isa(
-            [&]<Isa chosen>() { linear_team<W, chosen>(cols, w, x, tokens, y, y_stride, store); });
+        with_running_isa([&]<Isa chosen>() {
+            linear_team<W, chosen>(cols, w, x, tokens, y, y_stride, store, buffer);
+        });
     } else {
-        detail::share_int8_strips(w.rows, tokens, x.stride, [&](int strip, int first, int last) {
-            int const first_row = strip * int8_strip_rows;
-            int const rows = detail::strip_rows(w.rows, strip);
-            detail::int8_strip_products<W, isa>(
-                cols, w, strip, x, first, last,
-                [&]<int T>(int t0, float(&out)[T][int8_strip_rows]) {
+        int const width = static_cast<int>(cols);
+        detail::share_int8_strips(
+            w.rows, tokens, x.stride,
+            [&](int first, int last) {
+                detail::prepare_panel_chunk<W, isa>(x, width, first, last, buffer);
+            },
+            [&](int strip, int first, int last) {
+                int const first_row = strip * int8_strip_rows;
+                int const rows = detail::strip_rows(w.rows, strip);
+                auto const emit = [&]<int T>(int t0, float(&out)[T][int8_strip_rows]) {
                     for (int t = 0; t < T; ++t)
                         for (int r = 0; r < rows; ++r)
                             detail::store_output(y, y_stride, t0 + t, first_row + r, out[t][r],
                                                  store);
-                });
-        });
+                };
+#if TINFER_X86_TARGETS
+                if (detail::panels_for<isa>(last - first, buffer)) {
+                    detail::PanelScratch const scratch = detail::panel_scratch(buffer, width);
+                    decode_int8_panel<W>(w, strip, scratch.first);
+                    std::byte const* const panels[1] = {scratch.first};
+                    int8_panel_products<W>(panels, width, x, first, last, scratch.sums,
+                                           scratch.partial,
+                                           [&]<int T>(int t0, float(&out)[1][T][int8_strip_rows]) {
+                                               emit.template operator()<T>(t0, out[0]);
+                                           });
+                    return;
+                }
+#endif
+                detail::int8_strip_products<W, isa>(cols, w, strip, x, first, last, emit);
+            });
     }
 }
 
@@ -331,36 +407,60 @@ void gated_linear_team(WeightMatrix const& gate, WeightMatrix const& up, FloatRo
 
 template <DType W, Isa isa = Isa::native, GateActivation Activation = SiluGate, Extent Cols>
 void gated_linear_team(Cols cols, WeightMatrix const& gate, WeightMatrix const& up, Int8Rows x,
-                       int tokens, float* out, std::size_t out_stride,
-                       float* /*buffer*/ = nullptr) {
+                       int tokens, float* out, std::size_t out_stride, float* buffer = nullptr) {
     static_assert(
         has_int8_dot(W),
         "gated_linear_team: int8 activations need weights with an int8 dot (has_int8_dot)");
     if constexpr (isa == Isa::native) {  // chosen once per matrix pair, not per strip
         with_running_isa([&]<Isa chosen>() {
-            gated_linear_team<W, chosen, Activation>(cols, gate, up, x, tokens, out, out_stride);
+            gated_linear_team<W, chosen, Activation>(cols, gate, up, x, tokens, out, out_stride,
+                                                     buffer);
         });
     } else {
-        std::size_t const strip_bytes = Int8StripFormat<W>::strip_bytes(static_cast<int>(cols));
-        detail::share_int8_strips(gate.rows, tokens, x.stride, [&](int strip, int first, int last) {
-            int const first_row = strip * int8_strip_rows;
-            int const rows = detail::strip_rows(gate.rows, strip);
-            std::byte const* up_strip = up.data + static_cast<std::size_t>(strip) * strip_bytes;
-            detail::int8_strip_products<W, isa>(
-                cols, gate, strip, x, first, last,
-                [&]<int T>(int t0, float(&g)[T][int8_strip_rows]) {
-                    Int8Row x_rows[T];
-                    for (int t = 0; t < T; ++t) x_rows[t] = x.row(t0 + t, static_cast<int>(cols));
-                    float u[T][int8_strip_rows];
-                    int8_strip_tile<W, T, isa>(up_strip, cols, x_rows, u);
+        int const width = static_cast<int>(cols);
+        std::size_t const strip_bytes = Int8StripFormat<W>::strip_bytes(width);
+        detail::share_int8_strips(
+            gate.rows, tokens, x.stride,
+            [&](int first, int last) {
+                detail::prepare_panel_chunk<W, isa>(x, width, first, last, buffer);
+            },
+            [&](int strip, int first, int last) {
+                int const first_row = strip * int8_strip_rows;
+                int const rows = detail::strip_rows(gate.rows, strip);
+                auto const combine = [&]<int T>(int t0, float(&g)[T][int8_strip_rows],
+                                                float(&u)[T][int8_strip_rows]) {
                     for (int t = 0; t < T; ++t) {
                         float* row =
                             out + static_cast<std::size_t>(t0 + t) * out_stride + first_row;
                         for (int r = 0; r < rows; ++r)
                             row[r] = Activation::apply(g[t][r]) * u[t][r];
                     }
-                });
-        });
+                };
+#if TINFER_X86_TARGETS
+                if (detail::panels_for<isa>(last - first, buffer)) {
+                    detail::PanelScratch const scratch = detail::panel_scratch(buffer, width);
+                    decode_int8_panel<W>(gate, strip, scratch.first);
+                    decode_int8_panel<W>(up, strip, scratch.second);
+                    std::byte const* const panels[2] = {scratch.first, scratch.second};
+                    int8_panel_products<W>(panels, width, x, first, last, scratch.sums,
+                                           scratch.partial,
+                                           [&]<int T>(int t0, float(&out)[2][T][int8_strip_rows]) {
+                                               combine.template operator()<T>(t0, out[0], out[1]);
+                                           });
+                    return;
+                }
+#endif
+                std::byte const* up_strip = up.data + static_cast<std::size_t>(strip) * strip_bytes;
+                detail::int8_strip_products<W, isa>(
+                    cols, gate, strip, x, first, last,
+                    [&]<int T>(int t0, float(&g)[T][int8_strip_rows]) {
+                        Int8Row x_rows[T];
+                        for (int t = 0; t < T; ++t) x_rows[t] = x.row(t0 + t, width);
+                        float u[T][int8_strip_rows];
+                        int8_strip_tile<W, T, isa>(up_strip, cols, x_rows, u);
+                        combine.template operator()<T>(t0, g, u);
+                    });
+            });
     }
 }
 
@@ -410,12 +510,19 @@ void linear(WeightMatrix const& w, float const* x, int tokens, float* y, int thr
 
 // y [tokens][w.rows] = x . W^T with int8 activation rows (quantize_row_int8), on `threads`.
 // W: repacked into int8 strips (repack_int8_strips).
+// Scratch of its own where a chunk can take the panel path, as the model's prefill does.
 template <DType W, Isa isa = Isa::native>
 void linear_int8(WeightMatrix const& w, Int8Rows x, int tokens, float* y, int threads = 1) {
     static_assert(has_int8_dot(W), "linear_int8: weights need an int8 dot (has_int8_dot)");
     detail::check_int8_strips<W>(w);
+    std::size_t const per_thread =
+        tokens >= int8_panel_min_tokens ? linear_scratch_floats(w.cols) : 0;
+    std::vector<float> scratch(per_thread * static_cast<std::size_t>(threads));
 #pragma omp parallel num_threads(threads)
-    linear_team<W, isa>(w, x, tokens, y, static_cast<std::size_t>(w.rows), Store::assign, nullptr);
+    linear_team<W, isa>(
+        w, x, tokens, y, static_cast<std::size_t>(w.rows), Store::assign,
+        per_thread ? scratch.data() + per_thread * static_cast<std::size_t>(omp_get_thread_num())
+                   : nullptr);
 }
 
 // Chooses the instantiation from the matrix's stored encoding, for matrices whose encoding is
