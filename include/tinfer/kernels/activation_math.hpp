@@ -60,22 +60,24 @@ inline float dot(float const* a, float const* b) {
     return dot(StaticExtent<n>{}, a, b);
 }
 
-// out[r] = dot(n, a, b + r * stride) for four rows at once, each bitwise dot's result: the same
-// lane sums in the same order, in four independent chains (one dot alone waits on its
-// multiply-add latency; attention's scores are a query against many keys).
-inline void dot4(Extent auto n, float const* a, float const* b, std::size_t stride,
-                 float (&out)[4]) {
+// out[r] = dot(n, a, b + r * stride) for R rows at once, each bitwise dot's result: the same
+// lane sums in the same order, in R independent chains (one dot alone waits on its
+// multiply-add latency, 4 cycles per 16 lanes; 8 chains keep two FMA units busy). Attention's
+// scores are a query against many keys.
+template <int R>
+inline void dot_rows(Extent auto n, float const* a, float const* b, std::size_t stride,
+                     float (&out)[R]) {
     int const size = n;
-    float lanes[4][reduction_lanes] = {};
+    float lanes[R][reduction_lanes] = {};
     int const full = size - size % reduction_lanes;
     for (int k = 0; k < full; k += reduction_lanes) {
-        for (int r = 0; r < 4; ++r) {
+        for (int r = 0; r < R; ++r) {
 #pragma omp simd
             for (int l = 0; l < reduction_lanes; ++l)
                 lanes[r][l] += a[k + l] * b[r * stride + k + l];
         }
     }
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < R; ++r) {
         for (int k = full; k < size; ++k) lanes[r][k - full] += a[k] * b[r * stride + k];
         out[r] = sum_lanes(lanes[r]);
     }
