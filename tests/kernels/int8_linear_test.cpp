@@ -217,7 +217,7 @@ void check_portable_equals_native(std::uint64_t seed, int rows, int cols, int to
 
 // Prefill on AVX-512 multiplies panels (kernels/int8_panels.hpp) where the caller gives scratch,
 // the strips in place where it does not: both bitwise equal, for every format, over chunks of
-// tokens (the last one short of int8_panel_min_tokens takes the strips), column slices (cols
+// tokens (the last one short of int8_panel_min_tokens<T>() takes the strips), column slices (cols
 // past int8_panel_slice_blocks * 32), partial strips, threads, and for the gated pair.
 template <DType T>
 void check_panels_equal_strips(std::uint64_t seed, int rows, int cols) {
@@ -226,7 +226,7 @@ void check_panels_equal_strips(std::uint64_t seed, int rows, int cols) {
     tt::TestWeights const up = tt::make_weights<T>(rng, rows, cols);
     Strips const strips(w.matrix), up_strips(up.matrix);
     int const chunk = k::linear_token_chunk(k::int8_row_bytes(cols));
-    for (int const tokens : {k::int8_panel_min_tokens, 13, chunk + 3}) {
+    for (int const tokens : {k::int8_panel_min_tokens<T>(), 37, chunk + 3}) {
         std::vector<float> const x =
             tt::random_floats(rng, static_cast<std::size_t>(tokens) * cols);
         QuantizedRows const q = quantize(x, tokens, cols);

@@ -8,8 +8,9 @@
 // stores it, in any encoding; a strip of `linear_row_tile` rows is decoded once per chunk into a
 // small per-thread buffer (row_tile x cols floats, L1/L2 sized). Int8 activations: W repacked
 // once into 16-row strips (kernels/int8_dot.hpp), read in place by decode; a prefill chunk of
-// int8_panel_min_tokens or more on AVX-512 decodes each strip once into a panel in this thread's
-// scratch (kernels/int8_panels.hpp) and multiplies every token tile with it, the same bits.
+// int8_panel_min_tokens<W>() or more on AVX-512 decodes each strip once into a panel in this
+// thread's scratch (kernels/int8_panels.hpp) and multiplies every token tile with it, the same
+// bits.
 //
 // Threads: the *_team functions share their strips over the threads of the enclosing OpenMP
 // team (an orphaned `omp for ... nowait`), so a whole forward pass runs in one parallel region
@@ -55,8 +56,13 @@ constexpr int linear_token_chunk(std::size_t row_bytes) {
 
 // A prefill chunk of at least this many tokens multiplies panels (kernels/int8_panels.hpp) on
 // AVX-512; fewer read the strips in place, since a panel's decode then costs more than the
-// unpacking it saves (bench/int8_linear_bench at 4, 8 and 16 tokens).
-inline constexpr int int8_panel_min_tokens = 8;
+// unpacking it saves. bench/int8_linear_bench, panels over strips (Intel Xeon, one thread): at
+// 8 tokens 1.0-1.45x for the formats with fifth bits or K-quant scales but 0.75-0.93x for
+// Q4_0, Q4_1 and Q8_0, whose strips unpack with a mask or nothing; those break even at 16-32.
+template <DType W>
+constexpr int int8_panel_min_tokens() {
+    return W == DType::q4_0 || W == DType::q4_1 || W == DType::q8_0 ? 32 : 8;
+}
 
 // Bytes of the panel path's per-thread scratch at `cols` input features: a 64-byte alignment
 // margin, two panels (a gated pair), and over the largest chunk of int8 rows the sums carried
@@ -220,17 +226,17 @@ inline PanelScratch panel_scratch(float* buffer, int cols) {
 }
 
 // Whether a chunk of `tokens` multiplies panels: AVX-512, scratch given, enough tokens.
-template <Isa isa>
+template <DType W, Isa isa>
 constexpr bool panels_for(int tokens, float const* buffer) {
     return isa == Isa::avx512 && TINFER_X86_TARGETS && buffer != nullptr &&
-           tokens >= int8_panel_min_tokens;
+           tokens >= int8_panel_min_tokens<W>();
 }
 
 // The Q6_K sums of a chunk, where its panels need them.
 template <DType W, Isa isa>
 inline void prepare_panel_chunk(Int8Rows x, int cols, int first, int last, float* buffer) {
     if constexpr (W == DType::q6_k && isa == Isa::avx512) {
-        if (panels_for<isa>(last - first, buffer))
+        if (panels_for<W, isa>(last - first, buffer))
             int8_panel_sums(x, cols, first, last, panel_scratch(buffer, cols).sums);
     }
 }
@@ -346,7 +352,7 @@ void linear_team(Cols cols, WeightMatrix const& w, Int8Rows x, int tokens, float
                                                  store);
                 };
 #if TINFER_X86_TARGETS
-                if (detail::panels_for<isa>(last - first, buffer)) {
+                if (detail::panels_for<W, isa>(last - first, buffer)) {
                     detail::PanelScratch const scratch = detail::panel_scratch(buffer, width);
                     decode_int8_panel<W>(w, strip, scratch.first);
                     std::byte const* const panels[1] = {scratch.first};
@@ -437,7 +443,7 @@ void gated_linear_team(Cols cols, WeightMatrix const& gate, WeightMatrix const& 
                     }
                 };
 #if TINFER_X86_TARGETS
-                if (detail::panels_for<isa>(last - first, buffer)) {
+                if (detail::panels_for<W, isa>(last - first, buffer)) {
                     detail::PanelScratch const scratch = detail::panel_scratch(buffer, width);
                     decode_int8_panel<W>(gate, strip, scratch.first);
                     decode_int8_panel<W>(up, strip, scratch.second);
@@ -516,7 +522,7 @@ void linear_int8(WeightMatrix const& w, Int8Rows x, int tokens, float* y, int th
     static_assert(has_int8_dot(W), "linear_int8: weights need an int8 dot (has_int8_dot)");
     detail::check_int8_strips<W>(w);
     std::size_t const per_thread =
-        tokens >= int8_panel_min_tokens ? linear_scratch_floats(w.cols) : 0;
+        tokens >= int8_panel_min_tokens<W>() ? linear_scratch_floats(w.cols) : 0;
     std::vector<float> scratch(per_thread * static_cast<std::size_t>(threads));
 #pragma omp parallel num_threads(threads)
     linear_team<W, isa>(
