@@ -64,13 +64,20 @@ constexpr int int8_panel_min_tokens() {
     return W == DType::q4_0 || W == DType::q4_1 || W == DType::q8_0 ? 32 : 8;
 }
 
+// The most tokens a chunk may have to take the panel path, so that its scratch has a bound that
+// grows with `cols` alone (a chunk's length comes from the activation rows' stride, and a
+// narrow matrix of a wide model, or a tensor-parallel shard, gets long chunks): real models'
+// chunks are 100-340 tokens (linear_token_chunk); longer ones take the strips, the same bits.
+inline constexpr int int8_panel_max_tokens = 256;
+
 // Bytes of the panel path's per-thread scratch at `cols` input features: a 64-byte alignment
-// margin, two panels (a gated pair), and over the largest chunk of int8 rows the sums carried
-// between column slices and Q6_K's activation sums.
+// margin, two panels (a gated pair), and for int8_panel_max_tokens tokens the sums carried
+// between column slices and Q6_K's activation sums. Grows with cols, so that the scratch for a
+// model's widest input covers every matrix.
 constexpr std::size_t int8_panel_scratch_bytes(int cols) {
-    int const chunk = linear_token_chunk(int8_row_bytes(cols));
-    return 64 + 2 * int8_panel_bytes(cols) + int8_panel_partial_floats(2, chunk) * sizeof(float) +
-           int8_panel_sums_bytes(cols, chunk);
+    return 64 + 2 * int8_panel_bytes(cols) +
+           int8_panel_partial_floats(2, int8_panel_max_tokens) * sizeof(float) +
+           int8_panel_sums_bytes(cols, int8_panel_max_tokens);
 }
 
 // Floats of per-thread scratch the linear kernels need for a matrix with `cols` input
@@ -220,16 +227,16 @@ inline PanelScratch panel_scratch(float* buffer, int cols) {
     auto* base = reinterpret_cast<std::byte*>(buffer) + ((64 - address % 64) % 64);
     std::size_t const panel = int8_panel_bytes(cols);
     auto* partial = reinterpret_cast<float*>(base + 2 * panel);
-    std::size_t const partial_floats =
-        int8_panel_partial_floats(2, linear_token_chunk(int8_row_bytes(cols)));
+    std::size_t const partial_floats = int8_panel_partial_floats(2, int8_panel_max_tokens);
     return {base, base + panel, partial, reinterpret_cast<int*>(partial + partial_floats)};
 }
 
-// Whether a chunk of `tokens` multiplies panels: AVX-512, scratch given, enough tokens.
+// Whether a chunk of `tokens` multiplies panels: AVX-512, scratch given, enough tokens and not
+// more than the scratch holds.
 template <DType W, Isa isa>
 constexpr bool panels_for(int tokens, float const* buffer) {
     return isa == Isa::avx512 && TINFER_X86_TARGETS && buffer != nullptr &&
-           tokens >= int8_panel_min_tokens<W>();
+           tokens >= int8_panel_min_tokens<W>() && tokens <= int8_panel_max_tokens;
 }
 
 // The Q6_K sums of a chunk, where its panels need them.
