@@ -60,6 +60,18 @@ constexpr std::size_t int8_panel_sums_bytes(int cols, int tokens) {
     return static_cast<std::size_t>(tokens) * static_cast<std::size_t>(cols / 16) * sizeof(int);
 }
 
+// Blocks a panel's columns are multiplied in: 512 columns, 10-11 KiB of panel, so that a slice
+// of two panels (a gated pair) and the token tile's activations stay in a 48 KiB L1 while every
+// tile of the chunk sweeps it (whole 2048-column panels, 40 KiB, measured 0.65x the rate of
+// 512-column ones in bench/int8_linear_bench). A slice's sums carry to the next through
+// `partial` unchanged, so each output sees the same operations in the same order.
+inline constexpr int int8_panel_slice_blocks = 16;
+
+// Floats of `partial` that int8_panel_products needs for `panels` panels and `tokens` tokens.
+constexpr std::size_t int8_panel_partial_floats(int panels, int tokens) {
+    return static_cast<std::size_t>(panels) * static_cast<std::size_t>(tokens) * int8_strip_rows;
+}
+
 // Q6_K's offset terms for a chunk of tokens: sums[t * (cols / 16) + s] = -32 x (sum of the 16
 // int8 activations of sub-block s of token t), what the strip kernel recomputes per strip.
 inline void int8_panel_sums(Int8Rows x, int cols, int first, int last, int* sums) {
@@ -272,18 +284,6 @@ void decode_int8_panel(WeightMatrix const& w, int strip, std::byte* panel) {
     std::byte const* p =
         w.data + static_cast<std::size_t>(strip) * Int8StripFormat<W>::strip_bytes(w.cols);
     detail::decode_int8_panel_avx512<W>(p, w.cols, panel);
-}
-
-// Blocks a panel's columns are multiplied in: 512 columns, 10-11 KiB of panel, so that a slice
-// of two panels (a gated pair) and the token tile's activations stay in a 48 KiB L1 while every
-// tile of the chunk sweeps it (whole 2048-column panels, 40 KiB, measured 0.65x the rate of
-// 512-column ones in bench/int8_linear_bench). A slice's sums carry to the next through
-// `partial` unchanged, so each output sees the same operations in the same order.
-inline constexpr int int8_panel_slice_blocks = 16;
-
-// Floats of `partial` that int8_panel_products needs for `panels` panels and `tokens` tokens.
-constexpr std::size_t int8_panel_partial_floats(int panels, int tokens) {
-    return static_cast<std::size_t>(panels) * static_cast<std::size_t>(tokens) * int8_strip_rows;
 }
 
 // Panels (one, or a gated pair, of the same strip) times tokens [first, last) of x:
