@@ -406,6 +406,29 @@ void int8_strip_tile_q6_k_portable(std::byte const* strip, Extent auto cols, Int
 }
 
 #if TINFER_X86_TARGETS
+// Asks for the cache lines of `bytes` bytes from `p` into L1. An asm statement, not
+// _mm_prefetch: GCC 12 emitted none of the kernels' _mm_prefetch calls in the built programs
+// (objdump of int8_linear_bench, llama_bench: no prefetch instruction at all), so the AVX2
+// K-quant kernels' prefetch below had silently stopped existing since the target regions came.
+template <std::size_t bytes>
+inline void prefetch_block(std::byte const* p) {
+    for (std::size_t offset = 0; offset < bytes; offset += 64)
+        __asm__ volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<char const*>(p + offset)));
+}
+
+// Decode tiles (1-3 tokens) stream each strip block from memory once. For Q8_0, Q5_K and Q6_K,
+// asking for all of a block's lines as it starts (and the next block's first) keeps them in
+// flight together: int8_linear_bench, one token streamed over 192 MiB, Zen 4, one thread, A/B
+// alternated in one process: Q6_K 7.5 -> 22.8 GB/s and Q5_K 7.7 -> 14.6 (their kernels read a
+// block's fields in several passes kilobytes apart), Q8_0 20 -> 26. The other formats streamed
+// no faster, and every format lost with the matrix in cache (Q8_0 61 -> 41 GB/s), so they and
+// the wider tiles, which reuse a strip from cache, skip it.
+template <DType W, int T>
+inline void prefetch_decode_block(std::byte const* block) {
+    if constexpr (T <= 3 && (W == DType::q8_0 || W == DType::q5_k || W == DType::q6_k))
+        prefetch_block<Int8StripFormat<W>::block_bytes>(block + 64);
+}
+
 TINFER_BEGIN_TARGET_AVX512
 
 inline __m512i shift_left_16(__m512i v, int n) {
@@ -460,6 +483,7 @@ void int8_strip_tile_avx512(std::byte const* strip, Extent auto cols, Int8Row co
     int const blocks = cols / int8_block_elements;
     for (int b = 0; b < blocks; ++b) {
         std::byte const* p = strip + static_cast<std::size_t>(b) * Format::block_bytes;
+        prefetch_decode_block<W, T>(p);
         // Q4/Q5: low[k] pairs with elements 4k.., high[k] with 16 + 4k..; Q8: low[k] with 4k...
         __m512i low[K], high[Format::nibbles ? K : 1];
         for (int k = 0; k < K; ++k) {
@@ -514,6 +538,7 @@ void int8_strip_tile_k_minimum_avx512(std::byte const* strip, Extent auto cols,
     int const supers = cols / Format::block_elements;
     for (int sb = 0; sb < supers; ++sb) {
         std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
+        prefetch_decode_block<W, T>(p);
         __m512 const d = load_halves_512(p + Format::scales_offset);
         __m512 const dmin = load_halves_512(p + Format::scales_offset + Format::scale_array_bytes);
         __m512i const packed[3] = {load_512(p + Format::scale_register_offset),
@@ -566,6 +591,7 @@ void int8_strip_tile_q6_k_avx512(std::byte const* strip, Extent auto cols, Int8R
     int const supers = cols / Format::block_elements;
     for (int sb = 0; sb < supers; ++sb) {
         std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
+        prefetch_decode_block<DType::q6_k, T>(p);
         __m512 const d = load_halves_512(p + Format::scales_offset);
         for (int h = 0; h < 2; ++h) {
             for (int m = 0; m < 4; ++m) {
@@ -650,15 +676,6 @@ inline __m256i four_256(std::int8_t const* xq) {
     std::int32_t v;
     std::memcpy(&v, xq, 4);
     return _mm256_set1_epi32(v);
-}
-
-// Asks for the next super-block of a strip while this one is multiplied: the K-quant kernels
-// read a block in several passes over fields kilobytes apart, which the hardware prefetcher
-// alone was measured to follow poorly (Q6_K decode streamed at 37% of its in-cache rate).
-template <std::size_t bytes>
-inline void prefetch_block(std::byte const* p) {
-    for (std::size_t offset = 0; offset < bytes; offset += 64)
-        _mm_prefetch(reinterpret_cast<char const*>(p + offset), _MM_HINT_T0);
 }
 
 // AVX2 without VNNI (most x86 laptops): a 256-bit register holds 8 rows, so a strip is two
