@@ -75,13 +75,12 @@ std::pair<double, double> timed(int runs, int threads, F&& f) {
     return {median, (process_cpu_seconds() - cpu) / wall / threads};
 }
 
+// The strips on the memory the model keeps them in (core/huge_pages.hpp).
 struct Aligned {
-    std::byte* data = nullptr;
+    tinfer::HugePageBuffer buffer;
+    std::byte* data;
     explicit Aligned(std::size_t bytes)
-        : data(static_cast<std::byte*>(::operator new (bytes, std::align_val_t{64}))) {}
-    ~Aligned() { ::operator delete (data, std::align_val_t{64}); }
-    Aligned(Aligned const&) = delete;
-    Aligned& operator=(Aligned const&) = delete;
+        : buffer(tinfer::allocate_huge_pages(bytes)), data(buffer.get()) {}
 };
 
 template <DType T>

@@ -9,9 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <memory>
 #include <vector>
 
+#include <tinfer/core/huge_pages.hpp>
 #include <tinfer/core/simd_intrinsics.hpp>
 #include <tinfer/kernels/isa.hpp>
 
@@ -39,13 +39,15 @@ double median_seconds(int runs, F&& f) {
 }
 
 // Read bandwidth: sum a buffer much larger than the caches with `threads` threads. Decode
-// streams weights exactly like this, so this is its roofline. The sum keeps 64 independent
-// partial sums (four 512-bit registers): one running float sum would measure the latency of
-// its additions (about 3 GB/s), not the memory.
+// streams weights exactly like this, from the same kind of memory (huge pages,
+// core/huge_pages.hpp), so this is its roofline. The sum keeps 64 independent partial sums
+// (four 512-bit registers): one running float sum would measure the latency of its additions
+// (about 3 GB/s), not the memory.
 inline double measured_read_gbps(int threads, std::size_t bytes = std::size_t{1} << 30) {
     constexpr std::size_t lanes = 64;
     std::size_t const n = bytes / sizeof(float) / lanes * lanes;
-    std::unique_ptr<float[]> data(new float[n]);
+    HugePageBuffer const buffer = allocate_huge_pages(n * sizeof(float));
+    auto* const data = reinterpret_cast<float*>(buffer.get());
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<float>(i & 1023);
     float volatile sink = 0;

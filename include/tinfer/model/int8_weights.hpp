@@ -2,8 +2,8 @@
 // The model's weights in the layout the int8-activation kernels read (kernels/int8_dot.hpp):
 // every matrix of the layers and the output projection whose own type has an int8 dot product
 // (kernels::has_int8_dot, decided per matrix from WeightMatrix::type) repacked once into 16-row
-// strips, in one 64-byte aligned allocation of about the file's size. Built the first
-// time a forward pass runs with kernels::Int8Activations (about 0.1 s for SmolLM2-135M); a
+// strips, in one allocation of about the file's size on huge pages (core/huge_pages.hpp). Built the
+// first time a forward pass runs with kernels::Int8Activations (about 0.1 s for SmolLM2-135M); a
 // model only ever run in float32 keeps viewing the file alone.
 //
 // After a matrix is repacked, its pages of the file's mapping are dropped (MADV_DONTNEED on the
@@ -18,9 +18,9 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
-#include <new>
 
 #include <tinfer/config/model_config.hpp>
+#include <tinfer/core/huge_pages.hpp>
 #include <tinfer/kernels/int8_dot.hpp>
 #include <tinfer/model/weights.hpp>
 
@@ -34,7 +34,7 @@ class Int8Weights {
     explicit Int8Weights(ModelWeights<Cfg> const& source) : weights_(source) {
         std::size_t total = 0;
         for_each_matrix(weights_, [&](kernels::WeightMatrix& w) { total += padded_bytes(w); });
-        storage_.reset(static_cast<std::byte*>(::operator new (total, std::align_val_t{64})));
+        storage_ = allocate_huge_pages(total);
         std::byte* next = storage_.get();
         for_each_matrix(weights_, [&](kernels::WeightMatrix& w) {
             kernels::WeightMatrix const original = w;
@@ -47,10 +47,6 @@ class Int8Weights {
     ModelWeights<Cfg> const& weights() const { return weights_; }
 
   private:
-    struct AlignedDelete {
-        void operator()(std::byte* p) const { ::operator delete (p, std::align_val_t{64}); }
-    };
-
     template <class Visit>
     static void for_each_matrix(ModelWeights<Cfg>& w, Visit&& visit) {
         for (LayerWeights& layer : w.layers) {
@@ -85,7 +81,7 @@ class Int8Weights {
     }
 
     ModelWeights<Cfg> weights_;
-    std::unique_ptr<std::byte, AlignedDelete> storage_;
+    HugePageBuffer storage_;
 };
 
 // Int8Weights built on first use, once, whichever thread asks first; shared by copies of a model.
