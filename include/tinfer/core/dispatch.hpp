@@ -57,4 +57,20 @@ decltype(auto) dispatch(Runtime const& value, Body&& body) {
                                [](auto const& a, auto const& b) { return a == b; });
 }
 
+// Covers [first, last) with tiles of Tile elements, then one tile of the 1 .. Tile-1 left:
+// f.template operator()<T>(start) with T a compile-time size, so that the work of a tile can
+// be unrolled for it (register tiles of tokens, bands of query heads).
+template <int Tile, class F>
+constexpr void for_each_tile(int first, int last, F&& f) {
+    static_assert(Tile > 0, "for_each_tile: Tile must be positive");
+    int start = first;
+    for (; start + Tile <= last; start += Tile) f.template operator()<Tile>(start);
+    auto const rest = [&]<int... Left>(std::integer_sequence<int, Left...>) {
+        (void)((last - start == Left + 1 ? (f.template operator()<Left + 1>(start), true)
+                                         : false) ||
+               ...);
+    };
+    rest(std::make_integer_sequence<int, Tile - 1>{});
+}
+
 }  // namespace tinfer

@@ -29,6 +29,7 @@
 
 #include <omp.h>
 
+#include <tinfer/core/dispatch.hpp>
 #include <tinfer/core/error.hpp>
 #include <tinfer/core/extent.hpp>
 #include <tinfer/kernels/activation_math.hpp>
@@ -168,7 +169,7 @@ class AttentionKernel {
                                      static_cast<std::size_t>(q_begin + i) * chunk.q_stride +
                                      static_cast<std::size_t>(kv_head) * group_size * head_dim;
                 int const first_row = i * group_size;
-                for_each_band([&]<int H>(int g0) {
+                for_each_tile<band_heads>(0, group_size, [&]<int H>(int g0) {
                     if (transposed) {
                         band_scores<H>(q_row + g0 * head_dim, keys_t, lo, hi, scale, scores);
                     } else {
@@ -249,29 +250,6 @@ class AttentionKernel {
     static constexpr int transposed_min_queries = 4;
     // Output dimensions a head accumulates at once: four AVX-512 registers.
     static constexpr int row_slice = 64;
-
-    // f.template operator()<H>(first_head) for each band of H heads covering the group.
-    template <class F>
-    void for_each_band(F&& f) const {
-        int const group_size = this->group_size();
-        int g0 = 0;
-        for (; g0 + band_heads <= group_size; g0 += band_heads)
-            f.template operator()<band_heads>(g0);
-        static_assert(band_heads == 4, "the remainder below covers 1-3 heads");
-        switch (group_size - g0) {
-            case 3:
-                f.template operator()<3>(g0);
-                break;
-            case 2:
-                f.template operator()<2>(g0);
-                break;
-            case 1:
-                f.template operator()<1>(g0);
-                break;
-            default:
-                break;
-        }
-    }
 
     // scores[h * padded_tile + j] = dot(q_h, k_j) * scale, bitwise, for the band's H query heads
     // (their q rows contiguous from q) and the registers of keys covering lo..hi (keys_t

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include <tinfer/core/dispatch.hpp>
 #include <tinfer/core/dtype.hpp>
 #include <tinfer/kernels/int8_activations.hpp>
 #include <tinfer/kernels/int8_dot.hpp>
@@ -316,21 +317,7 @@ void int8_panel_products(std::byte const* const (&panels)[P], int cols, Int8Rows
             }
             if (last_slice) emit.template operator()<T>(t0, out);
         };
-        int t = first;
-        for (; t + 4 <= last; t += 4) tile.template operator()<4>(t);
-        switch (last - t) {
-            case 3:
-                tile.template operator()<3>(t);
-                break;
-            case 2:
-                tile.template operator()<2>(t);
-                break;
-            case 1:
-                tile.template operator()<1>(t);
-                break;
-            default:
-                break;
-        }
+        for_each_tile<4>(first, last, tile);
     }
 }
 #endif

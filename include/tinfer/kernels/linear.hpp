@@ -33,6 +33,7 @@
 
 #include <omp.h>
 
+#include <tinfer/core/dispatch.hpp>
 #include <tinfer/core/error.hpp>
 #include <tinfer/core/extent.hpp>
 #include <tinfer/kernels/activation_math.hpp>
@@ -177,26 +178,10 @@ inline void int8_strip_products(Cols cols, WeightMatrix const& w, int strip, Int
         int8_strip_tile<W, T, isa>(p, cols, rows, out);
         emit(t0, out);
     };
-    int t = first;
-    for (; t + linear_token_tile <= last; t += linear_token_tile)
-        tile.template operator()<linear_token_tile>(t);
     // The 1-3 left over in one tile, so that each strip's weights are unpacked once for them
     // (two or three decoding sequences, a speculative verify step); the outputs are the same
     // bits whatever the tile (kernels/int8_dot.hpp).
-    static_assert(linear_token_tile == 4, "the remainder below covers 1-3 tokens");
-    switch (last - t) {
-        case 3:
-            tile.template operator()<3>(t);
-            break;
-        case 2:
-            tile.template operator()<2>(t);
-            break;
-        case 1:
-            tile.template operator()<1>(t);
-            break;
-        default:
-            break;
-    }
+    for_each_tile<linear_token_tile>(first, last, tile);
 }
 
 // Shares the strips of an int8-strip matrix over the enclosing team, chunk by chunk of tokens:
