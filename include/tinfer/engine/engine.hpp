@@ -46,6 +46,7 @@
 #include <tinfer/engine/speculative_round.hpp>
 #include <tinfer/engine/step_runner.hpp>
 #include <tinfer/gguf/gguf.hpp>
+#include <tinfer/kernels/int8_activations.hpp>
 #include <tinfer/kv/codec.hpp>
 #include <tinfer/kv/paged_cache.hpp>
 #include <tinfer/model/llama.hpp>
@@ -540,6 +541,10 @@ Engine<Model, Scheduler, Backend, Kv, Drafter>::Engine(gguf::File file, EngineOp
               options.int8_activations),
       speculation_(std::move(drafter), config.vocab),
       intake_(tokenizer_, chat_, limits(), metrics_) {
+    // The model's one-time preparation belongs to loading, not to the first request's TTFT.
+    if constexpr (requires { model_.template prepare<kernels::Int8Activations>(); }) {
+        if (options.int8_activations) model_.template prepare<kernels::Int8Activations>();
+    }
     if constexpr (spec::TargetAttachedDrafter<Drafter, Model>)
         speculation_.drafter().attach(model_, runner_.workspace().threads());
     // Model drafters run their passes in the engine's precision.
