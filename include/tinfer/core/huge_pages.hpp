@@ -5,7 +5,10 @@
 // stay 4 KiB and nothing else changes. bench/int8_linear_bench, one token streamed over 192
 // MiB, Zen 4 guest with THP "madvise", one thread: the strips read 20-27 GB/s on 4 KiB pages
 // and 25-31 on huge pages; the read-bandwidth roofline rose the same way (26-28 -> 30-32 GB/s),
-// so bench/support/roofline.hpp measures on this memory too.
+// so bench/support/roofline.hpp measures on this memory too. A fresh process's first touch of
+// them may wait while the kernel compacts memory into huge pages (253 MB here: 33 ms, or up to
+// 650 ms when it had to compact), one more reason the engine repacks at construction
+// (Llama::prepare), not in a request.
 #include <sys/mman.h>
 
 #include <cstddef>

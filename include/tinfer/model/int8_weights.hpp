@@ -2,9 +2,10 @@
 // The model's weights in the layout the int8-activation kernels read (kernels/int8_dot.hpp):
 // every matrix of the layers and the output projection whose own type has an int8 dot product
 // (kernels::has_int8_dot, decided per matrix from WeightMatrix::type) repacked once into 16-row
-// strips, in one allocation of about the file's size on huge pages (core/huge_pages.hpp). Built the
-// first time a forward pass runs with kernels::Int8Activations (about 0.1 s for SmolLM2-135M); a
-// model only ever run in float32 keeps viewing the file alone.
+// strips, in one allocation of about the file's size on huge pages (core/huge_pages.hpp). Built
+// by Llama::prepare (an engine with int8 activations calls it when it is built) or else the
+// first time a forward pass runs with kernels::Int8Activations (about 0.1 s for SmolLM2-135M);
+// a model only ever run in float32 keeps viewing the file alone.
 //
 // After a matrix is repacked, its pages of the file's mapping are dropped (MADV_DONTNEED on the
 // read-only private mapping: read again from the file if the float path ever needs them), so

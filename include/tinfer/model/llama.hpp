@@ -369,7 +369,7 @@ class Llama {
     }
 
     // The weights a forward pass under Precision reads: the file's layout, or (int8
-    // activations) the int8 strips, repacked on the first such pass.
+    // activations) the int8 strips, repacked by prepare() or on the first such pass.
     template <class Precision>
     model::ModelWeights<Cfg> const& weights_for() const {
         if constexpr (std::same_as<Precision, kernels::Int8Activations>) {
