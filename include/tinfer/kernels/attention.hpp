@@ -246,7 +246,7 @@ class AttentionKernel {
     static constexpr int band_heads = 4;
     // Queries in a block from which the K tile is transposed. Measured on Zen 4, one thread,
     // 512 queries over 512 keys: Gemma 3's shape 17 -> 25 GMAC/s, SmolLM2's 12 -> 15; one
-    // decoding query over 1024 keys transposing too: Gemma 3 13 -> 11, SmolLM2 9 -> 6.
+    // decoding query over 1024 keys transposing too: Gemma 3 13 -> 11, SmolLM2 8.5 -> 7.
     static constexpr int transposed_min_queries = 4;
     // Output dimensions a head accumulates at once: four AVX-512 registers.
     static constexpr int row_slice = 64;
