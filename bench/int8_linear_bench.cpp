@@ -25,6 +25,7 @@
 #include <CLI/CLI.hpp>
 
 #include <tinfer/core/half.hpp>
+#include <tinfer/core/huge_pages.hpp>
 #include <tinfer/kernels/int8_activations.hpp>
 #include <tinfer/kernels/int8_dot.hpp>
 #include <tinfer/kernels/linear.hpp>
@@ -75,14 +76,6 @@ std::pair<double, double> timed(int runs, int threads, F&& f) {
     return {median, (process_cpu_seconds() - cpu) / wall / threads};
 }
 
-// The strips on the memory the model keeps them in (core/huge_pages.hpp).
-struct Aligned {
-    tinfer::HugePageBuffer buffer;
-    std::byte* data;
-    explicit Aligned(std::size_t bytes)
-        : buffer(tinfer::allocate_huge_pages(bytes)), data(buffer.get()) {}
-};
-
 template <DType T>
 void run(Options const& o, double read_gbps) {
     using Block = tinfer::quant::BlockOfT<T>;
@@ -102,26 +95,30 @@ void run(Options const& o, double read_gbps) {
     std::size_t const stride = (strip_bytes + 63) / 64 * 64;
     int const copies =
         std::max(1, static_cast<int>(o.stream_mib * (1 << 20) / static_cast<double>(stride)));
-    Aligned storage(stride * static_cast<std::size_t>(copies));
-    k::WeightMatrix const first = k::repack_int8_strips(file, storage.data);
+    // The strips on the memory the model keeps them in (core/huge_pages.hpp).
+    tinfer::HugePageBuffer const storage =
+        tinfer::allocate_huge_pages(stride * static_cast<std::size_t>(copies));
+    k::WeightMatrix const first = k::repack_int8_strips(file, storage.get());
     for (int c = 1; c < copies; ++c)
-        std::memcpy(storage.data + stride * static_cast<std::size_t>(c), storage.data, strip_bytes);
+        std::memcpy(storage.get() + stride * static_cast<std::size_t>(c), storage.get(),
+                    strip_bytes);
 
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
     std::vector<float> x(static_cast<std::size_t>(o.tokens) * cols);
     for (float& v : x) v = value(rng);
     std::size_t const row_bytes = k::int8_row_bytes(cols);
-    Aligned quantized(row_bytes * static_cast<std::size_t>(o.tokens));
+    tinfer::HugePageBuffer const quantized =
+        tinfer::allocate_huge_pages(row_bytes * static_cast<std::size_t>(o.tokens));
     for (int t = 0; t < o.tokens; ++t)
         k::quantize_row_int8(x.data() + static_cast<std::size_t>(t) * cols, cols,
-                             quantized.data + row_bytes * static_cast<std::size_t>(t));
-    k::Int8Rows const activations{quantized.data, row_bytes};
+                             quantized.get() + row_bytes * static_cast<std::size_t>(t));
+    k::Int8Rows const activations{quantized.get(), row_bytes};
     std::vector<float> y(static_cast<std::size_t>(o.tokens) * rows);
 
     auto const decode_pass = [&] {
         for (int c = 0; c < copies; ++c) {
             k::WeightMatrix w = first;
-            w.data = storage.data + stride * static_cast<std::size_t>(c);
+            w.data = storage.get() + stride * static_cast<std::size_t>(c);
             k::linear_int8<T>(w, activations, 1, y.data(), o.threads);
         }
     };
