@@ -22,8 +22,14 @@
 // to copy a shared block it was not warned about. As in ContiguousKvCache, each layer counts
 // the positions written to it, in order, and a view covers exactly those: a position reserved
 // but not yet written is never attended to.
+//
+// The blocks' bytes live in a BlockStorage (block_storage.hpp): host memory by default, GPU
+// memory with kv::DeviceBlocks (device_blocks.hpp), where the model's kernels append K/V in
+// place between make_writable and mark_written. Every touch of the bytes goes through the
+// storage, in batches, so the bookkeeping here is the same for both.
 #include <algorithm>
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -39,6 +45,7 @@
 #include <tinfer/core/error.hpp>
 #include <tinfer/core/extent.hpp>
 #include <tinfer/kv/block_pool.hpp>
+#include <tinfer/kv/block_storage.hpp>
 #include <tinfer/kv/codec.hpp>
 #include <tinfer/kv/layer_groups.hpp>
 #include <tinfer/kv/prefix_cache.hpp>
@@ -52,7 +59,7 @@ struct Admission {
 };
 
 template <ModelConfig Cfg, int BlockSize, KvCodec<Cfg.head_dim> KCodec = Fp32Codec,
-          KvCodec<Cfg.head_dim> VCodec = KCodec>
+          KvCodec<Cfg.head_dim> VCodec = KCodec, BlockStorage Storage = HostBlocks>
 requires ModelShape<Cfg>
 class PagedKvCache {
     static_assert(BlockSize > 0, "PagedKvCache: BlockSize must be positive");
@@ -63,6 +70,7 @@ class PagedKvCache {
     static constexpr int block_size = BlockSize;
     using KeyCodec = KCodec;
     using ValueCodec = VCodec;
+    using StorageType = Storage;
     // Layer groups: 1 without sliding layers (every block holds every layer).
     static constexpr int group_count = Groups::count;
     static constexpr int layers_per_group = Groups::layers_per_group;
@@ -80,6 +88,20 @@ class PagedKvCache {
     static constexpr std::size_t bytes_per_token = Cfg.layers * layer_token_bytes;
     // One block: BlockSize tokens of one group's layers (of every layer with one group).
     static constexpr std::size_t bytes_per_block = layers_per_group * layer_token_bytes * BlockSize;
+
+    // Byte offsets inside a block of the K and V vectors of `layer`, `kv_head` and a token's
+    // slot (position % BlockSize): the layer's place in its group, then as one layer's block.
+    // A model that writes the storage itself addresses it with these.
+    static constexpr std::size_t layer_bytes = layer_token_bytes * BlockSize;
+    static constexpr std::size_t key_offset(int layer, int kv_head, std::size_t slot) {
+        return static_cast<std::size_t>(Groups::slot_of(layer)) * layer_bytes +
+               (static_cast<std::size_t>(kv_head) * BlockSize + slot) * key_vector_bytes;
+    }
+    static constexpr std::size_t value_offset(int layer, int kv_head, std::size_t slot) {
+        return static_cast<std::size_t>(Groups::slot_of(layer)) * layer_bytes +
+               static_cast<std::size_t>(Cfg.kv_heads) * BlockSize * key_vector_bytes +
+               (static_cast<std::size_t>(kv_head) * BlockSize + slot) * value_vector_bytes;
+    }
 
     static constexpr int group_of(int layer) { return Groups::group_of(layer); }
     static constexpr bool is_sliding_group(int group) { return Groups::is_sliding_group(group); }
@@ -200,9 +222,17 @@ class PagedKvCache {
     // As many blocks as `budget_bytes` holds. A budget below one block is a configuration
     // error (tinfer::Error).
     explicit PagedKvCache(std::size_t budget_bytes)
-        : pool_(checked_block_count(budget_bytes)), prefix_(sliding_groups_mask()) {
-        storage_.resize(static_cast<std::size_t>(pool_.total_blocks()) * bytes_per_block);
-    }
+        : pool_(checked_block_count(budget_bytes)),
+          prefix_(sliding_groups_mask()),
+          storage_(storage_bytes()) {}
+    // As above, the storage made from its size and `storage_args` (a device storage's stream).
+    template <class FirstArg, class... MoreArgs>
+    requires std::constructible_from<Storage, std::size_t, FirstArg, MoreArgs...> PagedKvCache(
+        std::size_t budget_bytes, FirstArg&& first_arg, MoreArgs&&... more_args)
+        : pool_(checked_block_count(budget_bytes)),
+          prefix_(sliding_groups_mask()),
+          storage_(storage_bytes(), std::forward<FirstArg>(first_arg),
+                   std::forward<MoreArgs>(more_args)...) {}
 
     // ---- sequences ----
 
@@ -283,11 +313,14 @@ class PagedKvCache {
         }
         auto next = fresh.begin();
         if (copies > 0) {
+            std::vector<ByteCopy> block_copies;
             std::size_t const last = s.table.size() - group_count;
             for (std::size_t g = 0; g < group_count; ++g) {
                 BlockId& entry = s.table[last + g];
-                if (entry != dropped && pool_.is_shared(entry)) replace_with_copy(entry, *next++);
+                if (entry != dropped && pool_.is_shared(entry))
+                    block_copies.push_back(copy_on_write(entry, *next++));
             }
+            storage_.copy(block_copies);
         }
         s.table.insert(s.table.end(), next, fresh.end());
         s.reserved = new_length;
@@ -404,24 +437,41 @@ class PagedKvCache {
                         " blocks need copies or fresh room, the pool has " +
                         std::to_string(available_blocks()));
         }
-        for (std::size_t const at : to_copy) replace_with_copy(s.table[at], take_block());
+        std::vector<ByteCopy> block_copies;
+        for (std::size_t const at : to_copy)
+            block_copies.push_back(copy_on_write(s.table[at], take_block()));
+        // Before the moves: they read the copies.
+        storage_.copy(block_copies);
+        std::vector<ByteRange> zeros;
         for (std::size_t const at : to_allocate) {
             s.table[at] = take_block();
-            std::memset(block_data(s.table[at]), 0, bytes_per_block);  // out of window: zeros
+            zeros.push_back({.at = block_offset(s.table[at]), .bytes = bytes_per_block});
         }
-        // kept[i] >= i: moving forward never overwrites a token still to be moved.
+        // One batch of moves and one of zeros, each submitted once (a launch each on a GPU).
+        // They equal doing the moves and clears one at a time, in this order, because:
+        //  - a table holds a block at most once, so (position, group) -> bytes is one-to-one;
+        //  - kept[i] >= i: move i writes position i, and every later move j reads kept[j] >= j
+        //    > i, so no move reads what an earlier one wrote (the batch's contract,
+        //    block_storage.hpp: then in order equals all at once), and targets are distinct;
+        //  - a cleared slot i (kept[i] < held_from) is no move's source: a sliding move reads
+        //    kept[j] >= held_from > kept[i] >= i; nor is a fresh block (its positions lie below
+        //    the old dropped_blocks * BlockSize <= held_from); so zeroing them all first, which
+        //    the moves into fresh blocks need, changes nothing the moves read.
+        std::vector<ByteCopy> moves;
         for (int i = 0; i < n; ++i) {
             int const from = kept[static_cast<std::size_t>(i)];
             if (from == i) continue;
             for (int g = 0; g < group_count; ++g) {
                 if (is_sliding_group(g) && i / BlockSize < new_dropped) continue;
                 if (is_sliding_group(g) && from < held_from) {
-                    clear_token(s, g, i);  // outside the new window (checked above)
+                    clear_token(s, g, i, zeros);  // outside the new window (checked above)
                 } else {
-                    move_token(s, g, from, i);
+                    move_token(s, g, from, i, moves);
                 }
             }
         }
+        storage_.zero(zeros);
+        storage_.copy(moves);
         for (std::size_t at = static_cast<std::size_t>(new_blocks) * group_count;
              at < s.table.size(); ++at) {
             if (s.table[at] != dropped) pool_.release(s.table[at]);
@@ -539,34 +589,123 @@ class PagedKvCache {
         }
         if (pool_.is_shared(block)) {
             auto const copy = allocate_block();
-            if (!copy) {
-                throw Error(
-                    "PagedKvCache: no free block to copy a shared block before writing "
-                    "position " +
-                    std::to_string(position) +
-                    "; reserve() the positions a step writes before writing them");
-            }
-            replace_with_copy(block, *copy);
+            if (!copy) throw no_block_to_copy(position);
+            ByteCopy const block_copy = copy_on_write(block, *copy);
+            storage_.copy(std::span(&block_copy, 1));
         }
-        std::byte* base = block_data(block);
+        std::size_t const base = block_offset(block);
         auto const slot = static_cast<std::size_t>(position % BlockSize);
         // head_dim static: the static form measured 1.08-1.09x on int4 append at head_dim 64 and
         // 128 (AMD), 1.00-1.53x on fp32 and 1.06-1.24x on bf16 (Intel; bench/specialization,
         // docs/specialization.md).
         for (int h = 0; h < Cfg.kv_heads; ++h) {
-            KCodec::template encode<Cfg.head_dim>(k + h * Cfg.head_dim,
-                                                  base + key_offset(layer, h, slot));
-            VCodec::template encode<Cfg.head_dim>(v + h * Cfg.head_dim,
-                                                  base + value_offset(layer, h, slot));
+            std::size_t const key_at = base + key_offset(layer, h, slot);
+            std::size_t const value_at = base + value_offset(layer, h, slot);
+            if constexpr (Storage::host_addressable) {
+                // Encoded in place: the host path pays no staging copy.
+                KCodec::template encode<Cfg.head_dim>(k + h * Cfg.head_dim,
+                                                      storage_.data() + key_at);
+                VCodec::template encode<Cfg.head_dim>(v + h * Cfg.head_dim,
+                                                      storage_.data() + value_at);
+            } else {
+                std::array<std::byte, key_vector_bytes> key{};
+                std::array<std::byte, value_vector_bytes> value{};
+                KCodec::template encode<Cfg.head_dim>(k + h * Cfg.head_dim, key.data());
+                VCodec::template encode<Cfg.head_dim>(v + h * Cfg.head_dim, value.data());
+                storage_.write(key_at, key.data(), key.size());
+                storage_.write(value_at, value.data(), value.size());
+            }
         }
         int& written = s.written[static_cast<std::size_t>(layer)];
         written = std::max(written, position + 1);
     }
 
-    View view(int seq, int layer) const {
+    // For a model that writes K/V into the storage itself (a GPU model's append kernel) rather
+    // than through write(): before the writes, make_writable gives the sequence a block of its
+    // own wherever positions [first_position, first_position + count) fall in a shared block,
+    // in every group (the copy-on-write write() does lazily, for every layer at once); after
+    // they succeeded, mark_written records them in every layer.
+    //
+    // The positions must be reserved, leave no gap after the positions every layer holds
+    // (first_position <= tokens(seq)), and lie in blocks every group still holds (a sliding
+    // group's released block is a logic_error, as in write()). When the pool cannot supply
+    // the copies, tinfer::Error as from write(), and nothing changes.
+    void make_writable(int seq, int first_position, int count) {
+        Sequence& s = live(seq);
+        int const end = first_position + count;
+        if (first_position < 0 || count < 0 || end > s.reserved ||
+            first_position > written_in_all_layers(s)) {
+            throw std::logic_error(
+                "PagedKvCache::make_writable of " + std::to_string(count) + " positions from " +
+                std::to_string(first_position) + " in a sequence with " +
+                std::to_string(s.reserved) + " reserved positions and " +
+                std::to_string(written_in_all_layers(s)) + " written in every layer");
+        }
+        if (count == 0) return;
+        std::vector<std::size_t> shared;  // table indices
+        for (int j = first_position / BlockSize; j <= (end - 1) / BlockSize; ++j) {
+            for (int g = 0; g < group_count; ++g) {
+                BlockId const block = s.table[entry_index(j, g)];
+                if constexpr (has_sliding) {
+                    if (block == dropped) {
+                        throw std::logic_error(
+                            "PagedKvCache::make_writable from position " +
+                            std::to_string(first_position) +
+                            ": the sliding layers released the "
+                            "block of position " +
+                            std::to_string(std::max(first_position, j * BlockSize)) +
+                            " (its window had passed)");
+                    }
+                }
+                if (pool_.is_shared(block)) shared.push_back(entry_index(j, g));
+            }
+        }
+        if (static_cast<int>(shared.size()) > available_blocks())
+            throw no_block_to_copy(std::max(
+                first_position, static_cast<int>(shared.front() / group_count) * BlockSize));
+        std::vector<ByteCopy> block_copies;
+        for (std::size_t const at : shared)
+            block_copies.push_back(copy_on_write(s.table[at], take_block()));
+        storage_.copy(block_copies);
+    }
+
+    // Every layer holds positions [0, end_position) (what write() records, for every layer at
+    // once). A newly recorded position in a block the sequence does not own alone is a
+    // logic_error: make_writable was not called for it, and the write went into shared bytes.
+    void mark_written(int seq, int end_position) {
+        Sequence& s = live(seq);
+        if (end_position < 0 || end_position > s.reserved) {
+            throw std::logic_error("PagedKvCache::mark_written up to position " +
+                                   std::to_string(end_position) + " of a sequence with " +
+                                   std::to_string(s.reserved) + " reserved positions");
+        }
+        int const from = written_in_all_layers(s);
+        if (end_position <= from) return;  // every layer holds them already
+        for (int j = from / BlockSize; j * BlockSize < end_position; ++j) {
+            for (int g = 0; g < group_count; ++g) {
+                BlockId const block = s.table[entry_index(j, g)];
+                if (block == dropped || pool_.is_shared(block)) {
+                    throw std::logic_error("PagedKvCache::mark_written up to position " +
+                                           std::to_string(end_position) + ": logical block " +
+                                           std::to_string(j) + " of group " + std::to_string(g) +
+                                           (block == dropped ? " was released" : " is shared") +
+                                           "; call make_writable before writing the positions");
+                }
+            }
+        }
+        for (int& written : s.written) written = std::max(written, end_position);
+    }
+
+    // Reads the bytes in place: only a storage in host memory.
+    View view(int seq, int layer) const requires Storage::host_addressable {
         Sequence const& s = live(seq);
         return View(storage_.data(), s.table, s.written.at(static_cast<std::size_t>(layer)), layer);
     }
+
+    // The blocks' bytes, [blocks][bytes_per_block], for a model that reads and writes them in
+    // place (block b starts at b * bytes_per_block).
+    Storage& storage() { return storage_; }
+    Storage const& storage() const { return storage_; }
 
     // ---- moving a sequence's KV out and back (swap to host, prefill/decode hand-off) ----
 
@@ -582,8 +721,10 @@ class PagedKvCache {
         for (int j = 0; j < blocks; ++j) {
             for (int g = 0; g < group_count; ++g) {
                 if (is_sliding_group(g) && j < first) continue;
-                std::byte const* block = block_data(s.table[entry_index(j, g)]);
-                out.insert(out.end(), block, block + bytes_per_block);
+                std::size_t const at = out.size();
+                out.resize(at + bytes_per_block);
+                storage_.read(block_offset(s.table[entry_index(j, g)]), bytes_per_block,
+                              out.data() + at);
             }
         }
         return tokens;
@@ -612,7 +753,7 @@ class PagedKvCache {
             for (int g = 0; g < group_count; ++g) {
                 if (is_sliding_group(g) && j < first) continue;
                 BlockId const block = take_block();
-                std::memcpy(block_data(block), bytes.data() + offset, bytes_per_block);
+                storage_.write(block_offset(block), bytes.data() + offset, bytes_per_block);
                 offset += bytes_per_block;
                 table[entry_index(j, g)] = block;
             }
@@ -800,23 +941,17 @@ class PagedKvCache {
 
     static std::size_t index(int i) { return static_cast<std::size_t>(i); }
 
-    std::byte* block_data(BlockId block) {
-        return storage_.data() + static_cast<std::size_t>(block) * bytes_per_block;
+    static constexpr std::size_t block_offset(BlockId block) {
+        return static_cast<std::size_t>(block) * bytes_per_block;
     }
-    std::byte const* block_data(BlockId block) const {
-        return storage_.data() + static_cast<std::size_t>(block) * bytes_per_block;
+    std::size_t storage_bytes() const {
+        return static_cast<std::size_t>(pool_.total_blocks()) * bytes_per_block;
     }
 
-    // Byte offsets inside a block: the layer's place in its group, then as one layer's block.
-    static constexpr std::size_t layer_bytes = layer_token_bytes * BlockSize;
-    static constexpr std::size_t key_offset(int layer, int kv_head, std::size_t slot) {
-        return static_cast<std::size_t>(Groups::slot_of(layer)) * layer_bytes +
-               (static_cast<std::size_t>(kv_head) * BlockSize + slot) * key_vector_bytes;
-    }
-    static constexpr std::size_t value_offset(int layer, int kv_head, std::size_t slot) {
-        return static_cast<std::size_t>(Groups::slot_of(layer)) * layer_bytes +
-               static_cast<std::size_t>(Cfg.kv_heads) * BlockSize * key_vector_bytes +
-               (static_cast<std::size_t>(kv_head) * BlockSize + slot) * value_vector_bytes;
+    static Error no_block_to_copy(int position) {
+        return Error("PagedKvCache: no free block to copy a shared block before writing position " +
+                     std::to_string(position) +
+                     "; reserve() the positions a step writes before writing them");
     }
 
     static int checked_block_count(std::size_t budget_bytes) {
@@ -900,31 +1035,37 @@ class PagedKvCache {
         return *block;
     }
 
-    // Copies group `group`'s K and V vectors of position `from` to position `to`, whose block
-    // is the sequence's own.
-    void move_token(Sequence const& s, int group, int from, int to) {
-        std::byte const* source = block_data(s.table[entry_index(from / BlockSize, group)]);
-        std::byte* target = block_data(s.table[entry_index(to / BlockSize, group)]);
+    // Adds to `copies` the copies of group `group`'s K and V vectors of position `from` to
+    // position `to`, whose block is the sequence's own.
+    void move_token(Sequence const& s, int group, int from, int to,
+                    std::vector<ByteCopy>& copies) const {
+        std::size_t const source = block_offset(s.table[entry_index(from / BlockSize, group)]);
+        std::size_t const target = block_offset(s.table[entry_index(to / BlockSize, group)]);
         auto const from_slot = static_cast<std::size_t>(from % BlockSize);
         auto const to_slot = static_cast<std::size_t>(to % BlockSize);
         for_each_layer_of(group, [&](int layer) {
             for (int h = 0; h < Cfg.kv_heads; ++h) {
-                std::memcpy(target + key_offset(layer, h, to_slot),
-                            source + key_offset(layer, h, from_slot), key_vector_bytes);
-                std::memcpy(target + value_offset(layer, h, to_slot),
-                            source + value_offset(layer, h, from_slot), value_vector_bytes);
+                copies.push_back({.to = target + key_offset(layer, h, to_slot),
+                                  .from = source + key_offset(layer, h, from_slot),
+                                  .bytes = key_vector_bytes});
+                copies.push_back({.to = target + value_offset(layer, h, to_slot),
+                                  .from = source + value_offset(layer, h, from_slot),
+                                  .bytes = value_vector_bytes});
             }
         });
     }
 
-    // Zeros group `group`'s K and V vectors at position `at` (a slot with nothing to hold).
-    void clear_token(Sequence const& s, int group, int at) {
-        std::byte* target = block_data(s.table[entry_index(at / BlockSize, group)]);
+    // Adds to `ranges` group `group`'s K and V vectors at position `at` (a slot with nothing
+    // to hold, to be zeroed).
+    void clear_token(Sequence const& s, int group, int at, std::vector<ByteRange>& ranges) const {
+        std::size_t const target = block_offset(s.table[entry_index(at / BlockSize, group)]);
         auto const slot = static_cast<std::size_t>(at % BlockSize);
         for_each_layer_of(group, [&](int layer) {
             for (int h = 0; h < Cfg.kv_heads; ++h) {
-                std::memset(target + key_offset(layer, h, slot), 0, key_vector_bytes);
-                std::memset(target + value_offset(layer, h, slot), 0, value_vector_bytes);
+                ranges.push_back(
+                    {.at = target + key_offset(layer, h, slot), .bytes = key_vector_bytes});
+                ranges.push_back(
+                    {.at = target + value_offset(layer, h, slot), .bytes = value_vector_bytes});
             }
         });
     }
@@ -937,16 +1078,21 @@ class PagedKvCache {
     }
 
     // Copy-on-write: `block` (shared) is replaced in the caller's table by `copy`, a fresh
-    // block holding the same bytes; the other owners keep the original.
-    void replace_with_copy(BlockId& block, BlockId copy) {
-        std::memcpy(block_data(copy), block_data(block), bytes_per_block);
+    // block; returns the copy that gives it the same bytes, for the caller's batch. The other
+    // owners keep the original; when the prefix cache was the only other one, a later
+    // allocation may evict it and make it a later copy's target in the same batch: a later
+    // copy writing what an earlier one read, which a batch allows (block_storage.hpp).
+    ByteCopy copy_on_write(BlockId& block, BlockId copy) {
+        ByteCopy const bytes{
+            .to = block_offset(copy), .from = block_offset(block), .bytes = bytes_per_block};
         pool_.release(block);
         block = copy;
+        return bytes;
     }
 
     BlockPool pool_;
     PrefixCache<BlockSize, group_count> prefix_;
-    std::vector<std::byte> storage_;  // [blocks][bytes_per_block]
+    Storage storage_;  // [blocks][bytes_per_block]
     std::vector<Sequence> sequences_;
     std::vector<int> free_slots_;
 };
