@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <tinfer/kernels/activation_math.hpp>
 #include <tinfer/kernels/cuda/embedding.cuh>
 #include <tinfer/kernels/cuda/kv_cache.cuh>
 #include <tinfer/kernels/cuda/linear.cuh>
@@ -134,6 +135,90 @@ void test_swiglu(Checker& checker, std::mt19937_64& rng) {
     kernels::cuda::swiglu(dgate.data(), up_in_place.data(), n, up_in_place.data());
     checker.expect(gate_in_place.to_host() == result, "swiglu out == gate, bitwise");
     checker.expect(up_in_place.to_host() == result, "swiglu out == up, bitwise");
+}
+
+// NeoX pairing (x[i], x[i + head_dim/2]), Qwen2's and Gemma's: against the host's, on the same
+// table (its own accuracy is test_rope's), so only the pair's products and sum differ.
+void test_rope_neox(Checker& checker, std::mt19937_64& rng) {
+    constexpr int head_dim = 128;
+    constexpr int rows = 7, heads = 5;
+    std::vector<int> positions(rows);
+    std::uniform_int_distribution<int> position(0, 30000);
+    for (int& p : positions) p = position(rng);
+    auto const x = random_floats(rng, static_cast<std::size_t>(rows) * heads * head_dim);
+    std::vector<float> table(static_cast<std::size_t>(rows) * head_dim);
+    kernels::rope_table<head_dim>(1e6, positions.data(), rows, table.data());
+    std::vector<float> expected = x;
+    std::size_t const stride = static_cast<std::size_t>(heads) * head_dim;
+    kernels::apply_rope<head_dim, RopePairing::neox>(expected.data(), rows, heads, stride,
+                                                     table.data());
+    DeviceBuffer<float> dx(x);
+    DeviceBuffer<float> const dtable(table);
+    kernels::cuda::apply_rope<head_dim, RopePairing::neox>(dx.data(), rows, heads, stride,
+                                                           dtable.data());
+    // x0 c - x1 s: two products and a sum, rounded alike or fused (FMA) on either side.
+    std::vector<double> bound(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        std::size_t const in_head = i % head_dim;
+        std::size_t const partner = in_head < head_dim / 2 ? i + head_dim / 2 : i - head_dim / 2;
+        bound[i] = 4 * float_epsilon * (std::abs(x[i]) + std::abs(x[partner])) + tiny;
+    }
+    checker.expect_within(max_scaled_error(dx.to_host(), expected, bound),
+                          "rope neox head_dim 128, 5 heads");
+}
+
+// GeGLU's gate, gelu_tanh(gate) * up: the host's formula with exp2f for its degree-6 2^x (each
+// within about one float ulp). tanh(u) = (1 - e) / (1 + e) with e = 2^(-2 log2(e) |u|): an error
+// of a few ulp of e (<= 1) moves tanh by a few 2^-24 absolutely, so gelu = x (1 + tanh) / 2 by
+// |x| times that; a few roundings of the result on top.
+void test_gated_gelu(Checker& checker, std::mt19937_64& rng) {
+    constexpr std::size_t n = 3 * model.ffn + 5;
+    auto const gate = random_floats(rng, n, -12, 12);
+    auto const up = random_floats(rng, n, -2, 2);
+    std::vector<float> expected(n);
+    std::vector<double> bound(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        expected[i] = kernels::gelu_tanh(gate[i]) * up[i];
+        bound[i] = 8 * float_epsilon * (std::abs(expected[i]) + std::abs(gate[i] * up[i])) + tiny;
+    }
+    DeviceBuffer<float> const dgate(gate), dup(up);
+    auto out = poisoned_floats(n);
+    kernels::cuda::gated_activation<GatedActivation::gelu_tanh>(dgate.data(), dup.data(), n,
+                                                                out.data());
+    checker.expect_within(max_scaled_error(out.to_host(), expected, bound), "gelu_tanh gate");
+    // In place, as the device layer gates: the same floats.
+    DeviceBuffer<float> in_place(gate);
+    kernels::cuda::gated_activation<GatedActivation::gelu_tanh>(in_place.data(), dup.data(), n,
+                                                                in_place.data());
+    checker.expect(in_place.to_host() == out.to_host(), "gelu_tanh gate in place, bitwise");
+}
+
+// The architecture parts' elementwise kernels: one addition (QKV bias) and one product (the
+// embedding scale) are exact roundings on both sides, so bitwise; soft-capping's tanhf is
+// within 2 ulp of the host's std::tanh, times the cap.
+void test_architecture_parts(Checker& checker, std::mt19937_64& rng) {
+    constexpr int rows = 13, width = 96;
+    auto const x = random_floats(rng, static_cast<std::size_t>(rows) * width, -5, 5);
+    auto const bias = random_floats(rng, width, -1, 1);
+    std::vector<float> biased = x, scaled = x, capped = x;
+    constexpr float scale = 24.0f, cap = 3.0f;
+    std::vector<double> cap_bound(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        biased[i] += bias[i % width];
+        scaled[i] *= scale;
+        capped[i] = cap * std::tanh(capped[i] / cap);
+        cap_bound[i] = 8 * float_epsilon * cap + tiny;
+    }
+    DeviceBuffer<float> dx(x);
+    DeviceBuffer<float> const dbias(bias);
+    kernels::cuda::add_row_bias(dx.data(), dbias.data(), rows, width);
+    checker.expect(dx.to_host() == biased, "add_row_bias == host, bitwise");
+    DeviceBuffer<float> dscaled(x);
+    kernels::cuda::scale_in_place(dscaled.data(), scale, x.size());
+    checker.expect(dscaled.to_host() == scaled, "scale_in_place == host, bitwise");
+    DeviceBuffer<float> dcapped(x);
+    kernels::cuda::soft_cap(dcapped.data(), cap, x.size());
+    checker.expect_within(max_scaled_error(dcapped.to_host(), capped, cap_bound), "soft_cap");
 }
 
 // More rows than grid y holds blocks (65,535): every row must still turn, the last ones too.
@@ -325,6 +410,9 @@ int main() {
         test_rmsnorm(checker, rng);
         test_rope(checker, rng);
         test_swiglu(checker, rng);
+        test_rope_neox(checker, rng);
+        test_gated_gelu(checker, rng);
+        test_architecture_parts(checker, rng);
         test_rope_beyond_grid_y(checker, rng);
         test_copy_blocks_beyond_grid_y(checker, rng);
         test_earlier_errors_are_named_earlier(checker);

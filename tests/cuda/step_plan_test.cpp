@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -266,8 +267,39 @@ BOOST_AUTO_TEST_CASE(weight_layout_is_aligned_and_stores_tied_tensors_once) {
     BOOST_TEST(layout.layers[1].down.cols == 96);
     BOOST_TEST(layout.layers[1].down.at(nullptr).rows == 64);
 
-    w.layers[0].q.type = tinfer::DType::q4_k;  // a type the device kernels do not read
-    BOOST_CHECK_THROW(tc::DeviceWeightLayout<tiny>::plan(w), tinfer::ConfigMismatch);
+    // The device views: every tensor at the arena base plus its offset, shapes and types kept.
+    std::byte const* const base = reinterpret_cast<std::byte const*>(std::uintptr_t{1} << 40);
+    tinfer::model::ModelWeights<tiny> const on_device = layout.on_device(base);
+    BOOST_TEST(on_device.token_embedding.data == base + layout.token_embedding.offset);
+    BOOST_TEST(on_device.output.data == on_device.token_embedding.data);  // tied: one copy
+    BOOST_TEST((on_device.token_embedding.type == tinfer::DType::q8_0));
+    BOOST_TEST(reinterpret_cast<std::byte const*>(on_device.output_norm.data()) ==
+               base + layout.output_norm.offset);
+    BOOST_TEST(on_device.output_norm.size() == static_cast<std::size_t>(tiny.hidden));
+    for (std::size_t i = 0; i < w.layers.size(); ++i) {
+        auto const& d = on_device.layers[i];
+        BOOST_TEST(d.down.data == base + layout.layers[i].down.offset);
+        BOOST_TEST(d.down.rows == 64);
+        BOOST_TEST(d.down.cols == 96);
+        BOOST_TEST(reinterpret_cast<std::byte const*>(d.ffn_norm.data()) ==
+                   base + layout.layers[i].ffn_norm.offset);
+        BOOST_TEST(d.q_bias.empty(), "parts the architecture lacks stay empty");
+        BOOST_TEST(d.post_ffn_norm.empty());
+    }
+
+    // Each matrix in its own encoding, as on the host: a layer may mix device types...
+    w.layers[0].v = matrix(tinfer::DType::q8_0, 32, 64, 34 * 2);
+    auto const mixed = tc::DeviceWeightLayout<tiny>::plan(w);
+    BOOST_TEST((mixed.layers[0].v.type == tinfer::DType::q8_0));
+    BOOST_TEST((mixed.layers[0].q.type == tinfer::DType::q4_1));
+    // ...but a type the device kernels do not read is refused, naming the tensor.
+    w.layers[0].q.type = tinfer::DType::q4_k;
+    try {
+        (void)tc::DeviceWeightLayout<tiny>::plan(w);
+        BOOST_FAIL("a q4_k matrix was accepted");
+    } catch (tinfer::ConfigMismatch const& e) {
+        BOOST_TEST(std::string(e.what()).find("blk.0.attn_q.weight") != std::string::npos);
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

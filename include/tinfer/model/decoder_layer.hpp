@@ -9,7 +9,11 @@
 //      └──────────────────── + ◄──────────────────────┘
 //
 // Each op returns false when it failed (the backend keeps the error, raised after the step).
+// run_decoder_stack runs a range of layers, each with the plan of its kind: the loop both
+// backends' forward passes share (model/llama.hpp on the CPU, model/cuda/cuda_ops.cuh on a GPU).
 #include <concepts>
+#include <cstddef>
+#include <span>
 
 #include <tinfer/model/layer_plan.hpp>
 #include <tinfer/model/weights.hpp>
@@ -44,6 +48,29 @@ void run_decoder_layer(Ops& ops, LayerWeights const& w, int layer) {
     ops.normalize(w.ffn_norm);
     ops.template gated_ffn<Plan>(w.gate, w.up);
     ops.template add_to_residual<Plan>(w.down, Activations::ffn_hidden, w.post_ffn_norm);
+}
+
+// Layers [first, end) of a model of shape Cfg whose layer plans are made for Local (Cfg, or one
+// tensor-parallel rank's shard of it); `layer - first` indexes the cache, which holds this
+// process's layers from `first` on. Stops at the first failed op.
+template <ModelConfig Cfg, ModelConfig Local, class Ops>
+void run_decoder_stack(Ops& ops, std::span<LayerWeights const> weights, int first, int end) {
+    using GlobalLayer = LayerPlan<Local, LayerKind::global>;
+    using SlidingLayer = LayerPlan<Local, LayerKind::sliding>;
+    using FirstLayer = LayerPlan<Local, Cfg.layer_kind(0)>;
+    for (int layer = first; layer < end && !ops.failed(); ++layer) {
+        LayerWeights const& w = weights[static_cast<std::size_t>(layer)];
+        int const cached_layer = layer - first;
+        if constexpr (uses_two_layer_kinds<Local>) {
+            if (Cfg.layer_kind(layer) == LayerKind::sliding) {
+                run_decoder_layer<SlidingLayer>(ops, w, cached_layer);
+            } else {
+                run_decoder_layer<GlobalLayer>(ops, w, cached_layer);
+            }
+        } else {
+            run_decoder_layer<FirstLayer>(ops, w, cached_layer);
+        }
+    }
 }
 
 }  // namespace tinfer::model

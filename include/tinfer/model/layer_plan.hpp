@@ -24,6 +24,7 @@ struct LayerPlan {
     static constexpr bool qk_norm = Cfg.arch.qk_norm;
     // Sandwich norms: the attention's and FFN's outputs are normalised before the residual add.
     static constexpr bool post_norms = Cfg.arch.norms == NormPlacement::sandwich;
+    static constexpr GatedActivation activation = Cfg.arch.activation;
     using Gate = std::conditional_t<Cfg.arch.activation == GatedActivation::silu, kernels::SiluGate,
                                     kernels::GeluTanhGate>;
     using Attention =

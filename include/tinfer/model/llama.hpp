@@ -202,19 +202,8 @@ class Llama {
             model::HostOps<Cfg, Parallel, Precision, Cache, Shapes> ops(
                 parallel_, chunks, cache, ws, rows, ws.thread_scratch(omp_get_thread_num()),
                 failure);
-            for (int layer = layers.first; layer < layers.end() && !ops.failed(); ++layer) {
-                model::LayerWeights const& w = weights.layers[static_cast<std::size_t>(layer)];
-                int const cached_layer = layer - layers.first;  // its index in this cache
-                if constexpr (model::uses_two_layer_kinds<local_config>) {
-                    if (Cfg.layer_kind(layer) == LayerKind::sliding) {
-                        model::run_decoder_layer<SlidingLayer>(ops, w, cached_layer);
-                    } else {
-                        model::run_decoder_layer<GlobalLayer>(ops, w, cached_layer);
-                    }
-                } else {
-                    model::run_decoder_layer<FirstLayer>(ops, w, cached_layer);
-                }
-            }
+            model::run_decoder_stack<Cfg, local_config>(ops, weights.layers, layers.first,
+                                                        layers.end());
             if (!ops.failed() && !logits.empty()) ops.logits(weights, out_rows, logits);
         }
         if (failure) std::rethrow_exception(failure);

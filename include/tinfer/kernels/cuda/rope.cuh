@@ -1,6 +1,7 @@
 #pragma once
-// Rotary position embedding on adjacent pairs (x[2i], x[2i+1]), the layout GGUF's converter
-// leaves attn_q / attn_k in: pair i at position p turns by theta = p * base^(-2i / head_dim).
+// Rotary position embedding: pair i at position p turns by theta = p * base^(-2i / head_dim).
+// The pair is (x[2i], x[2i+1]) (adjacent: the layout GGUF's converter leaves Llama's attn_q /
+// attn_k in) or (x[i], x[i + head_dim/2]) (neox: Qwen2, Gemma), as kernels::apply_rope_row.
 // The same two steps as kernels::rope_table / kernels::apply_rope: a (cos, sin) table computed
 // in double and rounded once to float (a float angle loses whole radians at large positions),
 // then 2 products and a sum per element, for every head of every row.
@@ -41,7 +42,7 @@ void rope_table(double base, int const* positions, int rows, float* cos_sin,
 // Heads of a row per thread block: a block of rope_threads threads covers whole heads.
 inline constexpr int rope_threads = 256;
 
-template <int HeadDim>
+template <int HeadDim, RopePairing Pairing>
 __global__ void __launch_bounds__(rope_threads)
     apply_rope_kernel(float* __restrict__ x, int rows, int heads, std::size_t row_stride,
                       float const* __restrict__ cos_sin) {
@@ -56,24 +57,31 @@ __global__ void __launch_bounds__(rope_threads)
     for (int const row : strided_items(blockIdx.y, gridDim.y, rows)) {
         float2 const table = *reinterpret_cast<float2 const*>(
             cos_sin + static_cast<std::size_t>(row) * HeadDim + 2 * pair);
-        float* v = x + static_cast<std::size_t>(row) * row_stride +
-                   static_cast<std::size_t>(head) * HeadDim + 2 * pair;
-        float2 const pair_values = *reinterpret_cast<float2 const*>(v);
         float const c = table.x, s = table.y;
-        *reinterpret_cast<float2*>(v) = make_float2(pair_values.x * c - pair_values.y * s,
-                                                    pair_values.x * s + pair_values.y * c);
+        float* head_values = x + static_cast<std::size_t>(row) * row_stride +
+                             static_cast<std::size_t>(head) * HeadDim;
+        if constexpr (Pairing == RopePairing::adjacent) {
+            float* v = head_values + 2 * pair;
+            float2 const pair_values = *reinterpret_cast<float2 const*>(v);
+            *reinterpret_cast<float2*>(v) = make_float2(pair_values.x * c - pair_values.y * s,
+                                                        pair_values.x * s + pair_values.y * c);
+        } else {
+            float const x0 = head_values[pair], x1 = head_values[pair + pairs];
+            head_values[pair] = x0 * c - x1 * s;
+            head_values[pair + pairs] = x0 * s + x1 * c;
+        }
     }
 }
 
 // Rotates `heads` heads of each row in place: row r at x + r * row_stride, head h at
 // + h * HeadDim (8-byte aligned); cos_sin as rope_table made it for the same rows.
-template <int HeadDim>
+template <int HeadDim, RopePairing Pairing = RopePairing::adjacent>
 void apply_rope(float* x, int rows, int heads, std::size_t row_stride, float const* cos_sin,
                 cudaStream_t stream = nullptr) {
     if (rows <= 0 || heads <= 0) return;
     dim3 const grid(ceil_div(heads * (HeadDim / 2), rope_threads), strided_grid_y(rows));
     check_before_launch("apply_rope_kernel");
-    apply_rope_kernel<HeadDim>
+    apply_rope_kernel<HeadDim, Pairing>
         <<<grid, rope_threads, 0, stream>>>(x, rows, heads, row_stride, cos_sin);
     check_launch("apply_rope_kernel");
 }
@@ -82,8 +90,8 @@ void apply_rope(float* x, int rows, int heads, std::size_t row_stride, float con
 template <ModelConfig C>
 void apply_rope(float* x, int rows, int heads, float const* cos_sin,
                 cudaStream_t stream = nullptr) {
-    apply_rope<C.head_dim>(x, rows, heads, static_cast<std::size_t>(heads) * C.head_dim, cos_sin,
-                           stream);
+    apply_rope<C.head_dim, C.arch.rope_pairing>(
+        x, rows, heads, static_cast<std::size_t>(heads) * C.head_dim, cos_sin, stream);
 }
 
 }  // namespace tinfer::kernels::cuda

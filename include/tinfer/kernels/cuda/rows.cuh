@@ -58,4 +58,66 @@ void gather_rows(float const* x, int const* rows, int count, int source_rows, fl
     check_launch("gather_rows_kernel");
 }
 
+// Elementwise kernels over a whole activation block, grid-stride: enough blocks to fill the
+// device, not one per element.
+inline int elementwise_blocks(std::int64_t elements) {
+    constexpr std::int64_t max_blocks = 4096;
+    std::int64_t const wanted = ceil_div<std::int64_t>(elements, row_op_threads);
+    return static_cast<int>(wanted < max_blocks ? wanted : max_blocks);
+}
+
+__global__ void __launch_bounds__(row_op_threads)
+    add_row_bias_kernel(float* x, float const* __restrict__ bias, int width,
+                        std::int64_t elements) {
+    std::int64_t const stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+    for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+         i < elements; i += stride)
+        x[i] += bias[i % width];
+}
+
+// x [rows][width] += bias [width] on every row (Qwen2's Q, K and V biases).
+inline void add_row_bias(float* x, float const* bias, int rows, int width,
+                         cudaStream_t stream = nullptr) {
+    auto const elements = static_cast<std::int64_t>(rows) * width;
+    if (elements <= 0) return;
+    check_before_launch("add_row_bias_kernel");
+    add_row_bias_kernel<<<elementwise_blocks(elements), row_op_threads, 0, stream>>>(x, bias, width,
+                                                                                     elements);
+    check_launch("add_row_bias_kernel");
+}
+
+__global__ void __launch_bounds__(row_op_threads)
+    scale_kernel(float* x, float factor, std::int64_t elements) {
+    std::int64_t const stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+    for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+         i < elements; i += stride)
+        x[i] *= factor;
+}
+
+// x[i] *= factor for n floats (Gemma's embedding scale).
+inline void scale_in_place(float* x, float factor, std::size_t n, cudaStream_t stream = nullptr) {
+    auto const elements = static_cast<std::int64_t>(n);
+    if (elements <= 0) return;
+    check_before_launch("scale_kernel");
+    scale_kernel<<<elementwise_blocks(elements), row_op_threads, 0, stream>>>(x, factor, elements);
+    check_launch("scale_kernel");
+}
+
+__global__ void __launch_bounds__(row_op_threads)
+    soft_cap_kernel(float* x, float cap, std::int64_t elements) {
+    std::int64_t const stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+    for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+         i < elements; i += stride)
+        x[i] = cap * tanhf(x[i] / cap);
+}
+
+// x[i] = cap * tanh(x[i] / cap) for n floats (final logit soft-capping), as the host's.
+inline void soft_cap(float* x, float cap, std::size_t n, cudaStream_t stream = nullptr) {
+    auto const elements = static_cast<std::int64_t>(n);
+    if (elements <= 0) return;
+    check_before_launch("soft_cap_kernel");
+    soft_cap_kernel<<<elementwise_blocks(elements), row_op_threads, 0, stream>>>(x, cap, elements);
+    check_launch("soft_cap_kernel");
+}
+
 }  // namespace tinfer::kernels::cuda

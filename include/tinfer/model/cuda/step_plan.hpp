@@ -11,6 +11,7 @@
 // into a [chunks][table_stride] array in chunk order, so kv_append, prefill and decode attention
 // all see the same "sequence i = chunk i".
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -49,6 +50,7 @@ class DeviceBlockTables {
     }
 
     int slots() const { return static_cast<int>(tables_.size()); }
+    bool has_slot(int slot) const { return slot >= 0 && slot < slots(); }
     int block_size() const { return block_size_; }
     int max_tokens() const { return max_tokens_; }
     int free_blocks() const { return pool_.free_blocks(); }
@@ -158,14 +160,23 @@ inline std::size_t allocate(std::vector<std::int32_t>& packed, std::size_t count
 }
 }  // namespace step_detail
 
-// Checks the chunks (RequestError naming the chunk, or the pool running dry; either leaves
-// `tables` as it was), reserves their blocks in `tables`, and lays the step out. The slots'
-// cached lengths do not change here: the step's K and V are not written until its kernels run,
-// so the caller marks them cached with commit_step after the step succeeded (or calls
-// abandon_step after it failed). A chunk may not leave a gap after its slot's cached positions,
-// and a slot appears at most once per step.
-inline DeviceStepPlan plan_step(std::span<DeviceChunk const> chunks, DeviceBlockTables& tables,
-                                StepLimits const& limits) {
+namespace step_detail {
+// What a planner reads of whoever owns the block tables (DeviceBlockTables, or a host
+// kv::PagedKvCache through model/cuda/device_model.hpp's adapter).
+template <class T>
+concept SlotTables = requires(T const& t, int slot) {
+    { t.has_slot(slot) } -> std::convertible_to<bool>;
+    { t.length(slot) } -> std::convertible_to<int>;  // positions cached
+    { t.max_tokens() } -> std::convertible_to<int>;  // positions a slot may hold
+    { t.block_size() } -> std::convertible_to<int>;
+    { t.table(slot) } -> std::convertible_to<std::span<kv::BlockId const>>;
+};
+
+// Checks the chunks against the tables and the limits (RequestError naming the chunk; nothing
+// changes) and sizes the plan: counts, the longest chunk and context, the table stride.
+template <SlotTables Tables>
+DeviceStepPlan measure_step(std::span<DeviceChunk const> chunks, Tables const& tables,
+                            StepLimits const& limits) {
     if (chunks.empty()) throw RequestError("a device step needs at least one chunk");
     if (static_cast<int>(chunks.size()) > limits.max_chunks)
         throw RequestError("the step has " + std::to_string(chunks.size()) +
@@ -179,8 +190,7 @@ inline DeviceStepPlan plan_step(std::span<DeviceChunk const> chunks, DeviceBlock
         auto const where = [&] {
             return "chunk " + std::to_string(c) + " (slot " + std::to_string(chunk.slot) + ")";
         };
-        if (chunk.slot < 0 || chunk.slot >= tables.slots())
-            throw RequestError(where() + ": no such slot");
+        if (!tables.has_slot(chunk.slot)) throw RequestError(where() + ": no such slot");
         if (chunk.tokens.empty()) throw RequestError(where() + " has no tokens");
         if (chunk.first_position < 0 || chunk.first_position > tables.length(chunk.slot))
             throw RequestError(where() + " starts at position " +
@@ -215,38 +225,27 @@ inline DeviceStepPlan plan_step(std::span<DeviceChunk const> chunks, DeviceBlock
                            std::to_string(limits.max_logit_rows));
     plan.rows = static_cast<int>(rows);
     plan.logit_rows = static_cast<int>(logit_rows);
-    plan.table_stride = DeviceBlockTables::blocks_for(plan.max_context, tables.block_size());
+    plan.table_stride = (plan.max_context + tables.block_size() - 1) / tables.block_size();
+    for (DeviceChunk const& chunk : chunks)
+        plan.writes.push_back({chunk.slot, chunk.first_position,
+                               chunk.first_position + static_cast<int>(chunk.tokens.size())});
+    return plan;
+}
 
-    // Blocks the step takes from the pool, checked before any is taken.
-    std::int64_t new_blocks = 0;
-    for (DeviceChunk const& chunk : chunks) {
-        int const end = chunk.first_position + static_cast<int>(chunk.tokens.size());
-        int const have = static_cast<int>(tables.table(chunk.slot).size());
-        new_blocks += std::max(0, DeviceBlockTables::blocks_for(end, tables.block_size()) - have);
-    }
-    if (new_blocks > tables.free_blocks())
-        throw RequestError("the step needs " + std::to_string(new_blocks) +
-                           " new KV blocks, the device cache has " +
-                           std::to_string(tables.free_blocks()) + " free");
-
-    // Everything checked: now the slots' blocks change (their lengths wait for commit_step).
-    for (DeviceChunk const& chunk : chunks) {
-        int const end = chunk.first_position + static_cast<int>(chunk.tokens.size());
-        tables.reserve(chunk.slot, end);
-        plan.writes.push_back({chunk.slot, chunk.first_position, end});
-    }
-
+// Lays the measured step out as the kernels' integer arrays; every chunk's table must already
+// cover its positions.
+template <SlotTables Tables>
+void pack_step(std::span<DeviceChunk const> chunks, Tables const& tables, DeviceStepPlan& plan) {
     auto& packed = plan.packed;
     std::size_t const n_rows = static_cast<std::size_t>(plan.rows);
     std::size_t const n_chunks = static_cast<std::size_t>(plan.chunks);
-    plan.tokens = step_detail::allocate(packed, n_rows);
-    plan.positions = step_detail::allocate(packed, n_rows);
-    plan.row_chunks = step_detail::allocate(packed, n_rows);
-    plan.query_starts = step_detail::allocate(packed, n_chunks + 1);
-    plan.context_lengths = step_detail::allocate(packed, n_chunks);
-    plan.logit_row_ids = step_detail::allocate(packed, static_cast<std::size_t>(plan.logit_rows));
-    plan.block_tables =
-        step_detail::allocate(packed, n_chunks * static_cast<std::size_t>(plan.table_stride));
+    plan.tokens = allocate(packed, n_rows);
+    plan.positions = allocate(packed, n_rows);
+    plan.row_chunks = allocate(packed, n_rows);
+    plan.query_starts = allocate(packed, n_chunks + 1);
+    plan.context_lengths = allocate(packed, n_chunks);
+    plan.logit_row_ids = allocate(packed, static_cast<std::size_t>(plan.logit_rows));
+    plan.block_tables = allocate(packed, n_chunks * static_cast<std::size_t>(plan.table_stride));
     std::size_t row = 0, out = 0;
     for (std::size_t c = 0; c < n_chunks; ++c) {
         DeviceChunk const& chunk = chunks[c];
@@ -268,6 +267,35 @@ inline DeviceStepPlan plan_step(std::span<DeviceChunk const> chunks, DeviceBlock
                 b < static_cast<int>(table.size()) ? table[static_cast<std::size_t>(b)] : -1;
     }
     packed[plan.query_starts + n_chunks] = static_cast<std::int32_t>(row);
+}
+}  // namespace step_detail
+
+// Checks the chunks (RequestError naming the chunk, or the pool running dry; either leaves
+// `tables` as it was), reserves their blocks in `tables`, and lays the step out. The slots'
+// cached lengths do not change here: the step's K and V are not written until its kernels run,
+// so the caller marks them cached with commit_step after the step succeeded (or calls
+// abandon_step after it failed). A chunk may not leave a gap after its slot's cached positions,
+// and a slot appears at most once per step.
+inline DeviceStepPlan plan_step(std::span<DeviceChunk const> chunks, DeviceBlockTables& tables,
+                                StepLimits const& limits) {
+    DeviceStepPlan plan = step_detail::measure_step(chunks, tables, limits);
+
+    // Blocks the step takes from the pool, checked before any is taken.
+    std::int64_t new_blocks = 0;
+    for (DeviceChunk const& chunk : chunks) {
+        int const end = chunk.first_position + static_cast<int>(chunk.tokens.size());
+        int const have = static_cast<int>(tables.table(chunk.slot).size());
+        new_blocks += std::max(0, DeviceBlockTables::blocks_for(end, tables.block_size()) - have);
+    }
+    if (new_blocks > tables.free_blocks())
+        throw RequestError("the step needs " + std::to_string(new_blocks) +
+                           " new KV blocks, the device cache has " +
+                           std::to_string(tables.free_blocks()) + " free");
+
+    // Everything checked: now the slots' blocks change (their lengths wait for commit_step).
+    for (DeviceStepPlan::SlotWrite const& write : plan.writes)
+        tables.reserve(write.slot, write.end);
+    step_detail::pack_step(chunks, tables, plan);
     return plan;
 }
 

@@ -79,17 +79,33 @@ struct ArenaMatrix {
     }
 };
 
+// A float vector in the arena (a norm's weights, a bias); count 0: the architecture has none.
+struct ArenaVector {
+    std::size_t offset = 0;
+    std::size_t count = 0;
+
+    std::span<float const> at(std::byte const* base) const {
+        if (count == 0) return {};
+        return {reinterpret_cast<float const*>(base + offset), count};
+    }
+};
+
 template <ModelConfig Cfg>
 struct DeviceWeightLayout {
+    // Every tensor model::LayerWeights holds, each matrix in its own encoding (the layer
+    // dispatches on each matrix's type, as the host's does).
     struct Layer {
-        std::size_t attention_norm = 0;  // [hidden] f32
-        ArenaMatrix q, k, v, output;
-        std::size_t ffn_norm = 0;  // [hidden] f32
+        ArenaVector attention_norm;
+        ArenaMatrix q, k, v;
+        ArenaVector q_bias, k_bias, v_bias, q_norm, k_norm;
+        ArenaMatrix output;
+        ArenaVector post_attention_norm, ffn_norm;
         ArenaMatrix gate, up, down;
+        ArenaVector post_ffn_norm;
     };
     ArenaMatrix token_embedding;
     ArenaMatrix output;  // the LM head: shares token_embedding's offset when tied
-    std::size_t output_norm = 0;
+    ArenaVector output_norm;
     std::array<Layer, Cfg.layers> layers{};
     std::vector<WeightSegment> segments;  // what to copy, in arena order, each tensor once
     std::size_t bytes = 0;                // the arena's size
@@ -98,22 +114,59 @@ struct DeviceWeightLayout {
         DeviceWeightLayout layout;
         layout.token_embedding = layout.matrix(w.token_embedding, "token_embd.weight");
         layout.output = layout.matrix(w.output, "output.weight");
-        layout.output_norm = layout.norm(w.output_norm);
+        layout.output_norm = layout.vector(w.output_norm);
         for (std::size_t i = 0; i < layout.layers.size(); ++i) {
             model::LayerWeights const& from = w.layers[i];
             Layer& to = layout.layers[i];
             std::string const prefix = "blk." + std::to_string(i) + ".";
-            to.attention_norm = layout.norm(from.attention_norm);
-            to.q = layout.layer_matrix(from.q, prefix + "attn_q.weight");
-            to.k = layout.layer_matrix(from.k, prefix + "attn_k.weight");
-            to.v = layout.layer_matrix(from.v, prefix + "attn_v.weight");
-            to.output = layout.layer_matrix(from.output, prefix + "attn_output.weight");
-            to.ffn_norm = layout.norm(from.ffn_norm);
-            to.gate = layout.layer_matrix(from.gate, prefix + "ffn_gate.weight");
-            to.up = layout.layer_matrix(from.up, prefix + "ffn_up.weight");
-            to.down = layout.layer_matrix(from.down, prefix + "ffn_down.weight");
+            to.attention_norm = layout.vector(from.attention_norm);
+            to.q = layout.matrix(from.q, prefix + "attn_q.weight");
+            to.k = layout.matrix(from.k, prefix + "attn_k.weight");
+            to.v = layout.matrix(from.v, prefix + "attn_v.weight");
+            to.q_bias = layout.vector(from.q_bias);
+            to.k_bias = layout.vector(from.k_bias);
+            to.v_bias = layout.vector(from.v_bias);
+            to.q_norm = layout.vector(from.q_norm);
+            to.k_norm = layout.vector(from.k_norm);
+            to.output = layout.matrix(from.output, prefix + "attn_output.weight");
+            to.post_attention_norm = layout.vector(from.post_attention_norm);
+            to.ffn_norm = layout.vector(from.ffn_norm);
+            to.gate = layout.matrix(from.gate, prefix + "ffn_gate.weight");
+            to.up = layout.matrix(from.up, prefix + "ffn_up.weight");
+            to.down = layout.matrix(from.down, prefix + "ffn_down.weight");
+            to.post_ffn_norm = layout.vector(from.post_ffn_norm);
         }
         return layout;
+    }
+
+    // The model's weights as views into the arena at `base` (device memory, once uploaded): the
+    // same ModelWeights the host layer reads, so the one decoder layer runs over either.
+    model::ModelWeights<Cfg> on_device(std::byte const* base) const {
+        model::ModelWeights<Cfg> w;
+        w.token_embedding = token_embedding.at(base);
+        w.output = output.at(base);
+        w.output_norm = output_norm.at(base);
+        for (std::size_t i = 0; i < layers.size(); ++i) {
+            Layer const& from = layers[i];
+            model::LayerWeights& to = w.layers[i];
+            to.attention_norm = from.attention_norm.at(base);
+            to.q = from.q.at(base);
+            to.k = from.k.at(base);
+            to.v = from.v.at(base);
+            to.q_bias = from.q_bias.at(base);
+            to.k_bias = from.k_bias.at(base);
+            to.v_bias = from.v_bias.at(base);
+            to.q_norm = from.q_norm.at(base);
+            to.k_norm = from.k_norm.at(base);
+            to.output = from.output.at(base);
+            to.post_attention_norm = from.post_attention_norm.at(base);
+            to.ffn_norm = from.ffn_norm.at(base);
+            to.gate = from.gate.at(base);
+            to.up = from.up.at(base);
+            to.down = from.down.at(base);
+            to.post_ffn_norm = from.post_ffn_norm.at(base);
+        }
+        return w;
     }
 
   private:
@@ -131,18 +184,10 @@ struct DeviceWeightLayout {
         std::size_t const size = device_matrix_bytes(w, name);
         return {w.type, w.rows, w.cols, place(w.data, size)};
     }
-    // The device layer runs one weight type, Cfg.weights, for every layer matrix (until it is
-    // rebuilt on model/decoder_layer.hpp): a file that mixes types is refused, naming the tensor.
-    ArenaMatrix layer_matrix(kernels::WeightMatrix const& w, std::string const& name) {
-        if (w.type != Cfg.weights) {
-            throw ConfigMismatch(name + " type: file has " + std::string(name_of(w.type)) +
-                                 ", cuda::DeviceLlama runs every layer matrix as Cfg.weights = " +
-                                 std::string(name_of(Cfg.weights)));
-        }
-        return matrix(w, name);
-    }
-    std::size_t norm(std::span<float const> weights) {
-        return place(reinterpret_cast<std::byte const*>(weights.data()), weights.size_bytes());
+    ArenaVector vector(std::span<float const> weights) {
+        if (weights.empty()) return {};
+        return {place(reinterpret_cast<std::byte const*>(weights.data()), weights.size_bytes()),
+                weights.size()};
     }
 };
 

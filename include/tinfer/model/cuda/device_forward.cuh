@@ -1,0 +1,186 @@
+#pragma once
+// DeviceForwardPass<Cfg, KvLayout>: the model's weights in device memory and one step's forward
+// pass over them, the layers being model/decoder_layer.hpp over CudaOps (cuda_ops.cuh), the same
+// run_decoder_stack the host's Llama runs over HostOps. It owns no KV cache: each step gets the
+// pool (KvLayout's byte layout) and a DeviceStepPlan whose block tables say where each sequence's
+// positions are, so the block tables can be the device model's own (cuda::DeviceLlama) or a host
+// kv::PagedKvCache's (cuda::DeviceModel, the Engine's CUDA backend).
+//
+//   host                                   device (one stream)
+//   ----                                   -------------------
+//   DeviceStepPlan ------ 1 H2D --------> [tokens|positions|rows->chunk|starts|contexts|
+//                                          logit rows|block tables]
+//                                          embedding (x sqrt(hidden)) -> hidden, rope table
+//                                          run_decoder_stack over CudaOps: per layer
+//                                            norm -> Q K V (+bias) -> [QK-norm] -> RoPE
+//                                            -> kv_append (paged pool) -> attention: decode
+//                                               (split-KV) when every chunk is one token, else
+//                                               prefill (flash)
+//                                            -> O -> [post-norm] -> hidden += ...
+//                                            -> norm -> act(gate) * up -> down -> [post-norm]
+//                                            -> hidden += ...
+//                                          gather logit rows -> norm -> LM head -> [soft-cap]
+//   logits <------------------ D2H ------
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include <tinfer/core/error.hpp>
+#include <tinfer/kernels/cuda/check.cuh>
+#include <tinfer/kernels/cuda/device_buffer.cuh>
+#include <tinfer/kernels/cuda/kernel_status.cuh>
+#include <tinfer/model/cuda/cuda_ops.cuh>
+#include <tinfer/model/cuda/step_plan.hpp>
+
+namespace tinfer::cuda {
+
+// A CUDA stream, destroyed once. Created blocking (ordered after work on the legacy default
+// stream, where the buffers' synchronous copies and fills run).
+class CudaStream {
+  public:
+    CudaStream() { kernels::cuda::check(cudaStreamCreate(&stream_), "cudaStreamCreate"); }
+    CudaStream(CudaStream const&) = delete;
+    CudaStream& operator=(CudaStream const&) = delete;
+    ~CudaStream() {
+        if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);  // a destructor cannot report
+    }
+    cudaStream_t get() const { return stream_; }
+
+  private:
+    cudaStream_t stream_ = nullptr;
+};
+
+// Ints of the largest DeviceStepPlan::packed for these sizes and block size: every array at its
+// most, plus alignment padding.
+inline std::size_t step_plan_capacity(DeviceStepSizes const& s, int block_size) {
+    std::size_t const rows = static_cast<std::size_t>(s.max_rows);
+    std::size_t const chunks = static_cast<std::size_t>(s.max_chunks);
+    std::size_t const stride =
+        static_cast<std::size_t>(DeviceBlockTables::blocks_for(s.max_context, block_size));
+    constexpr std::size_t arrays = 7, padding = 4;
+    return 3 * rows + (chunks + 1) + chunks + static_cast<std::size_t>(s.max_logit_rows) +
+           chunks * stride + arrays * padding;
+}
+
+template <ModelConfig Cfg, class KvLayout>
+requires ModelShape<Cfg>
+class DeviceForwardPass {
+  public:
+    using KeyCodec = typename KvLayout::KeyCodec;
+    using Ops = CudaOps<Cfg, KvLayout>;
+
+    // Uploads `weights` (host views, e.g. ModelWeights<Cfg>::bind(file); a matrix of a type the
+    // device kernels do not read is a ConfigMismatch naming it); the host weights may go away
+    // afterwards. Steps need reserve() first.
+    explicit DeviceForwardPass(model::ModelWeights<Cfg> const& weights)
+        : layout_(DeviceWeightLayout<Cfg>::plan(weights)),
+          arena_(layout_.bytes),
+          weights_(layout_.on_device(arena_.data())) {
+        for (WeightSegment const& s : layout_.segments)
+            kernels::cuda::check(
+                cudaMemcpy(arena_.data() + s.offset, s.host, s.bytes, cudaMemcpyHostToDevice),
+                "cudaMemcpy weights to device");
+        kernels::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after upload");
+    }
+    DeviceForwardPass(model::ModelWeights<Cfg> const& weights, DeviceStepSizes const& sizes)
+        : DeviceForwardPass(weights) {
+        reserve(sizes);
+    }
+
+    // Allocates every buffer a step of `sizes` can need (once, before serving: a decode step
+    // allocates nothing).
+    void reserve(DeviceStepSizes const& sizes) {
+        sizes_ = checked(sizes);
+        activations_ = std::make_unique<DeviceActivations<Cfg, KeyCodec>>(sizes_);
+        plan_buffer_ = kernels::cuda::DeviceBuffer<std::int32_t>(
+            step_plan_capacity(sizes_, KvLayout::block_size));
+    }
+
+    DeviceForwardPass(DeviceForwardPass const&) = delete;
+    DeviceForwardPass& operator=(DeviceForwardPass const&) = delete;
+
+    DeviceStepSizes const& sizes() const { return sizes_; }
+    StepLimits limits() const {
+        return {.max_chunks = sizes_.max_chunks,
+                .max_rows = sizes_.max_rows,
+                .max_logit_rows = sizes_.max_logit_rows,
+                .vocab = Cfg.vocab};
+    }
+    std::size_t weight_bytes() const { return arena_.bytes(); }
+    cudaStream_t stream() const { return stream_.get(); }
+    // logits of the last step, [plan.logit_rows][vocab] (device memory).
+    float const* device_logits() const { return activations_->logits.data(); }
+
+    // Queues the step's kernels (layers [0, layers), then, with logits, the final norm and the
+    // LM head) and, when `logits` is not empty, the copy of its logits to the host; then waits
+    // and throws for any failure: a launch's, the stream's, or a refusal the kernels reported.
+    // `after_kernels` runs on the host after the kernels are queued, before the wait (the
+    // device sampler queues itself there).
+    template <class AfterKernels>
+    void run(DeviceStepPlan const& plan, std::byte* kv_pool, std::span<float> logits, int layers,
+             AfterKernels&& after_kernels) {
+        namespace k = kernels::cuda;
+        cudaStream_t const stream = stream_.get();
+        if (layers < 1 || layers > Cfg.layers)
+            throw RequestError("a device forward over " + std::to_string(layers) +
+                               " layers; the model has 1.." + std::to_string(Cfg.layers));
+        if (!activations_) throw Error("DeviceForwardPass: reserve() before the first step");
+        if (plan.packed.size() > plan_buffer_.size())
+            throw Error("DeviceForwardPass: step plan larger than its buffer (a sizing bug)");
+        if (!logits.empty() &&
+            logits.size() < static_cast<std::size_t>(plan.logit_rows) * Cfg.vocab)
+            throw RequestError(
+                "logits hold " + std::to_string(logits.size()) + " floats, the step writes " +
+                std::to_string(static_cast<std::size_t>(plan.logit_rows) * Cfg.vocab));
+        status_.reset(stream);
+        k::check(cudaMemcpyAsync(plan_buffer_.data(), plan.packed.data(),
+                                 plan.packed.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice,
+                                 stream),
+                 "cudaMemcpyAsync step plan to device");
+        DeviceStep const step{.plan = plan,
+                              .ints = plan_buffer_.data(),
+                              .kv_pool = kv_pool,
+                              .status = status_.get(),
+                              .stream = stream};
+        Ops ops(*activations_, step);
+        ops.embed(weights_);
+        model::run_decoder_stack<Cfg, Cfg>(ops, weights_.layers, 0, layers);
+        ops.logits(weights_);
+        if (!logits.empty())
+            k::check(cudaMemcpyAsync(
+                         logits.data(), activations_->logits.data(),
+                         static_cast<std::size_t>(plan.logit_rows) * Cfg.vocab * sizeof(float),
+                         cudaMemcpyDeviceToHost, stream),
+                     "cudaMemcpyAsync logits to host");
+        after_kernels();
+        k::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize after step");
+        status_.throw_if_failed(stream);
+    }
+
+  private:
+    static DeviceStepSizes checked(DeviceStepSizes s) {
+        if (s.max_logit_rows == 0) s.max_logit_rows = s.max_chunks;
+        if (s.max_context == 0) s.max_context = Cfg.max_context;
+        if (s.max_chunks <= 0 || s.max_rows <= 0 || s.max_logit_rows <= 0 || s.max_context <= 0 ||
+            s.max_context > Cfg.max_context)
+            throw Error("DeviceStepSizes: sizes must be positive, max_context at most " +
+                        std::to_string(Cfg.max_context));
+        if (s.max_logit_rows > s.max_rows) s.max_logit_rows = s.max_rows;
+        return s;
+    }
+
+    DeviceStepSizes sizes_;
+    DeviceWeightLayout<Cfg> layout_;
+    CudaStream stream_;
+    kernels::cuda::DeviceBuffer<std::byte> arena_;  // every weight, layout_'s offsets
+    model::ModelWeights<Cfg> weights_;              // views into arena_
+    std::unique_ptr<DeviceActivations<Cfg, KeyCodec>> activations_;
+    kernels::cuda::DeviceBuffer<std::int32_t> plan_buffer_;  // DeviceStepPlan::packed
+    kernels::cuda::DeviceStatus status_;  // what the attention kernels refused, per step
+};
+
+}  // namespace tinfer::cuda
