@@ -59,12 +59,27 @@
 
 namespace tinfer {
 
-// The KV cache layout an engine uses: block size and the codecs of K and V.
+// The KV cache layout an engine uses: block size and the codecs of K and V. Where the blocks
+// live is the backend's choice (host memory, or device memory on the CUDA backend).
 template <int BlockSize = 16, class KeyCodec = kv::Fp32Codec, class ValueCodec = KeyCodec>
 struct PagedKv {
     static constexpr int block_size = BlockSize;
-    template <ModelConfig Cfg>
-    using Cache = kv::PagedKvCache<Cfg, BlockSize, KeyCodec, ValueCodec>;
+    using Keys = KeyCodec;
+    using Values = ValueCodec;
+    template <ModelConfig Cfg, class Storage = kv::HostBlocks>
+    using Cache = kv::PagedKvCache<Cfg, BlockSize, KeyCodec, ValueCodec, Storage>;
+};
+
+// What an engine of Model runs on Backend: the model that computes the steps and the cache
+// whose blocks it reads. The host's is Model itself over host blocks; the CUDA backend's is
+// specialized in <tinfer/engine/cuda_backend.hpp> (cuda::DeviceModel over device blocks).
+template <class Model, class Backend, class Kv>
+struct OnBackend;
+
+template <class Model, class Kv>
+struct OnBackend<Model, Host, Kv> {
+    using StepModel = Model;
+    using Cache = typename Kv::template Cache<Model::local_config>;
 };
 
 struct EngineOptions {
@@ -95,17 +110,24 @@ using DefaultDrafter = spec::PromptLookupDrafter<3, 1>;
 template <class Model, class Scheduler, class Backend = Host, class Kv = PagedKv<>,
           class Drafter = DefaultDrafter>
 class Engine {
-    static_assert(std::same_as<Backend, Host>,
-                  "Engine: the serving loop runs on the Host backend; the CUDA kernels are used "
-                  "through tinfer::kernels::cuda directly");
+    static_assert(tinfer::Backend<Backend>,
+                  "Engine's 3rd parameter is the backend: tinfer::Host or tinfer::Cuda");
+    static_assert(
+        requires { typename OnBackend<Model, Backend, Kv>::StepModel; },
+        "Engine<Model, Scheduler, Cuda>: include <tinfer/engine/cuda_backend.hpp> (the "
+        "CUDA backend; its device half compiles with nvcc, see "
+        "model/cuda/device_model.hpp)");
     static_assert(spec::Drafter<Drafter>,
                   "Engine's 5th parameter must satisfy tinfer::spec::Drafter");
 
   public:
     static constexpr ModelConfig config = Model::config;
+    // The model that runs the steps on this backend: Model on the host, its device twin on a GPU
+    // (the same decoder layer over the backend's ops).
+    using StepModel = typename OnBackend<Model, Backend, Kv>::StepModel;
     // Under tensor parallelism the cache holds this rank's KV heads (Model::local_config).
-    using Cache = typename Kv::template Cache<Model::local_config>;
-    using Parallel = typename Model::ParallelPolicy;
+    using Cache = typename OnBackend<Model, Backend, Kv>::Cache;
+    using Parallel = typename StepModel::ParallelPolicy;
     using Batching = typename Scheduler::batching_policy;
     using RequestId = sched::RequestId;
     // Token eviction: after every step, a sequence holding more than Eviction::max_kept() cache
@@ -115,6 +137,9 @@ class Engine {
     static constexpr bool evicts = KvParts::evicts;
     // Every rank of a tensor-parallel model must make the same eviction choices, and attention
     // scores are per rank (of its own heads).
+    static_assert(std::same_as<Backend, Host> || !evicts,
+                  "Engine<..., Cuda>: token eviction (attention sinks, H2O) is not implemented on "
+                  "the CUDA backend yet: the device kernels address a cache slot by its position");
     static_assert(Parallel::degree == 1 || !Eviction::needs_attention_scores,
                   "Engine: an eviction policy that reads attention scores (H2O) is not supported "
                   "under tensor parallelism: each rank sees the scores of its own heads only, so "
@@ -414,7 +439,7 @@ class Engine {
 
     // A choice that sampled its first token from its leader's prompt pass: it ends there, or
     // forks the leader's KV (the prompt, all of the context but that token) and runs on.
-    void start_forked(typename StepRunner<Model>::Fork const& fork) {
+    void start_forked(typename StepRunner<StepModel>::Fork const& fork) {
         auto const it = live_.find(fork.follower);
         if (it == live_.end()) return;
         LiveRequest& r = it->second;
@@ -504,20 +529,20 @@ class Engine {
 
     gguf::File file_;
     EngineOptions options_;
-    Model model_;
+    StepModel model_;
     tok::Tokenizer tokenizer_;
     tok::ChatTemplate chat_;
     sched::MetricsRecorder metrics_;
     KvParts kv_;
     Scheduler scheduler_;
-    StepRunner<Model> runner_;
+    StepRunner<StepModel> runner_;
     SpeculativeRound<Drafter> speculation_;
     RequestIntake intake_;
     Capacity capacity_{this};
     std::unordered_map<RequestId, LiveRequest> live_;
-    typename StepRunner<Model>::Failures failed_;  // ended by an error this step
-    typename StepRunner<Model>::Forks forked_;     // choices that start this step
-    HandoffHooks handoff_;                         // set on a prefill-role engine
+    typename StepRunner<StepModel>::Failures failed_;  // ended by an error this step
+    typename StepRunner<StepModel>::Forks forked_;     // choices that start this step
+    HandoffHooks handoff_;                             // set on a prefill-role engine
     RequestIntake::InboxExchange inbox_exchange_;
 };
 
@@ -531,7 +556,7 @@ Engine<Model, Scheduler, Backend, Kv, Drafter>::Engine(gguf::File file, EngineOp
                                                        Scheduler scheduler)
     : file_(std::move(file)),
       options_(options),
-      model_(Model::bind(file_, std::move(parallel))),
+      model_(StepModel::bind(file_, std::move(parallel))),
       tokenizer_(tok::tokenizer_from_gguf(file_)),
       chat_(options.chat_template ? *options.chat_template : tok::chat_template_from_gguf(file_)),
       metrics_(options.clock),
@@ -545,7 +570,13 @@ Engine<Model, Scheduler, Backend, Kv, Drafter>::Engine(gguf::File file, EngineOp
     if constexpr (requires { model_.template prepare<kernels::Int8Activations>(); }) {
         if (options.int8_activations) model_.template prepare<kernels::Int8Activations>();
     }
-    if constexpr (spec::TargetAttachedDrafter<Drafter, Model>)
+    // A device model allocates its step buffers once, now that the step's size is known.
+    if constexpr (requires { model_.reserve_steps(1, 1); }) {
+        if (options.int8_activations)
+            throw Error("Engine: int8 activations are not implemented on the CUDA backend");
+        model_.reserve_steps(step_rows(), scheduler_.batching().max_seqs);
+    }
+    if constexpr (spec::TargetAttachedDrafter<Drafter, StepModel>)
         speculation_.drafter().attach(model_, runner_.workspace().threads());
     // Model drafters run their passes in the engine's precision.
     if constexpr (requires { speculation_.drafter().set_int8_activations(true); })
