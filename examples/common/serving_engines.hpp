@@ -17,6 +17,10 @@
 #include <tinfer/sched/scheduler.hpp>
 #include <tinfer/speculative/model_drafters.hpp>
 
+#ifdef TINFER_WITH_CUDA_BACKEND
+#include <tinfer/engine/cuda_backend.hpp>
+#endif
+
 #ifdef TINFER_WITH_MPI
 #include <tinfer/distributed/mpi_communicator.hpp>
 #include <tinfer/model/parallel.hpp>
@@ -39,6 +43,11 @@ using ServingEngineFor = Engine<model::Llama<Cfg>, Serving, Host,
 template <ModelConfig Cfg>
 using DraftedServingEngineFor = Engine<model::Llama<Cfg>, Serving, Host, PagedKv<16>,
                                        spec::DraftModelDrafter<model::Llama<Cfg>>>;
+
+// --device cuda: the engine of a shipped shape on the CUDA backend (float32 KV), in builds with
+// one (TINFER_WITH_CUDA_BACKEND: its device model is instantiated in device_models.cu).
+template <ModelConfig Cfg>
+using CudaServingEngineFor = Engine<model::Llama<Cfg>, Serving, Cuda, PagedKv<16>>;
 
 }  // namespace tinfer::examples
 
@@ -86,6 +95,13 @@ extern template class Engine<model::Llama<presets::smollm2_135m>, examples::Serv
 extern template class Engine<model::Llama<presets::gemma3_270m>, examples::Serving, Host,
                              PagedKv<16>,
                              spec::DraftModelDrafter<model::Llama<presets::gemma3_270m>>>;
+
+#ifdef TINFER_WITH_CUDA_BACKEND
+// --device cuda's (serving_engines_cuda.cpp): SmolLM2 (Gemma 3's sliding layers are not on the
+// device yet).
+extern template class Engine<model::Llama<presets::smollm2_135m>, examples::Serving, Cuda,
+                             PagedKv<16>>;
+#endif
 
 #ifdef TINFER_WITH_MPI
 // parallel_engines.hpp's: SmolLM2 at TP 3 and over 2 stages, Gemma 3 at TP 2 (float32 KV).

@@ -34,6 +34,7 @@
 #include <CLI/CLI.hpp>
 
 #include "../common/cli_options.hpp"
+#include "../common/device_option.hpp"
 #include "../common/parallel_engines.hpp"
 #include "../common/serving_engines.hpp"
 
@@ -71,11 +72,12 @@ struct Options {
     std::vector<std::string> stop;
     tinfer::kernels::SamplingParams sampling;
     tinfer::examples::ParallelSplit split;  // --tp, --pp, --micro-batches
-    std::string precision = "int8";
-    std::string kv_cache_dtype = "fp32";  // the KV codecs, serve's names (kv/codec_pairs.hpp)
-    int speculative_tokens = 0;           // γ of speculation (prompt lookup or --draft-model)
-    std::string draft_model;              // a GGUF of the model's shape that drafts
-    std::string grammar_file;             // --grammar: GBNF-like grammar text
+    std::string precision = "int8";         // f32 where --device cuda (its only one) and not given
+    std::string device = "cpu";             // --device: cpu or cuda
+    std::string kv_cache_dtype = "fp32";    // the KV codecs, serve's names (kv/codec_pairs.hpp)
+    int speculative_tokens = 0;             // γ of speculation (prompt lookup or --draft-model)
+    std::string draft_model;                // a GGUF of the model's shape that drafts
+    std::string grammar_file;               // --grammar: GBNF-like grammar text
     std::string
         json_schema_file;  // --json-schema: a JSON Schema (grammar/json_schema.hpp's subset)
 };
@@ -293,7 +295,7 @@ int run(tinfer::gguf::File file, Options const& options,
 int main(int argc, char** argv) {
     Options options;
     options.model = tinfer::examples::default_model_path().string();
-    CLI::App app{"Generate text with a GGUF model on tinfer's CPU kernels"};
+    CLI::App app{"Generate text with a GGUF model on tinfer's CPU (or CUDA) kernels"};
     app.add_option("--model", options.model, "GGUF file")->capture_default_str();
     auto* prompt_option =
         app.add_option("-p,--prompt", options.prompt, "Prompt text (a user message with --chat)");
@@ -348,7 +350,10 @@ int main(int argc, char** argv) {
                    "KV cache, one process")
         ->check(CLI::ExistingFile);
     tinfer::examples::add_split_options(app, options.split, "generate", "prints");
+    tinfer::examples::add_device_option(app, options.device);
     CLI11_PARSE(app, argc, argv);
+    // The CUDA backend multiplies float32 activations only: its default precision.
+    if (options.device == "cuda" && app.count("--precision") == 0) options.precision = "f32";
 
     std::signal(SIGINT, [](int) { interrupted = true; });
     try {
@@ -370,10 +375,19 @@ int main(int argc, char** argv) {
         }
         tinfer::examples::check_draft_model_options(options.draft_model, options.speculative_tokens,
                                                     options.kv_cache_dtype, options.split);
+        tinfer::examples::check_device_options(options.device,
+                                               {.kv_cache_dtype = options.kv_cache_dtype,
+                                                .precision = options.precision,
+                                                .draft_model = !options.draft_model.empty(),
+                                                .split = options.split.split()});
         if (options.verbose)
             std::fprintf(stderr, "[tinfer] CPU kernels: %s\n",
                          tinfer::kernels::describe_isa().c_str());
         auto file = tinfer::gguf::File::open(options.model);
+        if (options.device == "cuda") {
+            return tinfer::examples::with_cuda_engine(
+                file, [&]<class Engine>() { return run<Engine>(std::move(file), options); });
+        }
         if (options.split.split()) {
             return tinfer::examples::with_parallel_engine<Serving>(
                 file, options.split, "generate",

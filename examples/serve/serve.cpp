@@ -53,6 +53,7 @@
 #include <tinfer/presets/presets.hpp>
 
 #include "../common/cli_options.hpp"
+#include "../common/device_option.hpp"
 #include "../common/parallel_engines.hpp"
 #include "../common/serving_engines.hpp"
 #include "http_server.hpp"
@@ -105,7 +106,8 @@ struct Options {
     int io_threads = 2;
     int workers = 2;
     int default_max_tokens = 512;
-    std::string precision = "int8";
+    std::string precision = "int8";  // f32 where --device cuda (its only one) and not given
+    std::string device = "cpu";      // --device: cpu or cuda
     std::string kv_cache_dtype = "fp32";
     std::string api_key;  // empty: no authentication
     bool prefix_caching = true;
@@ -1320,7 +1322,10 @@ int main(int argc, char** argv) {
                    "--role decode ...")
         ->check(CLI::IsMember({"prefill", "decode"}));
     tinfer::examples::add_split_options(app, options.split, "serve", "serves HTTP");
+    tinfer::examples::add_device_option(app, options.device);
     CLI11_PARSE(app, argc, argv);
+    // The CUDA backend multiplies float32 activations only: its default precision.
+    if (options.device == "cuda" && app.count("--precision") == 0) options.precision = "f32";
     if (options.served_model_name.empty())
         options.served_model_name = std::filesystem::path(options.model).stem().string();
 
@@ -1340,6 +1345,15 @@ int main(int argc, char** argv) {
                                                     options.kv_cache_dtype, options.split);
         if (!options.draft_model.empty() && !options.role.empty())
             throw std::runtime_error("--draft-model cannot be combined with --role");
+        tinfer::examples::check_device_options(options.device,
+                                               {.kv_cache_dtype = options.kv_cache_dtype,
+                                                .precision = options.precision,
+                                                .draft_model = !options.draft_model.empty(),
+                                                .split = options.split.split()});
+        if (options.device == "cuda" && !options.role.empty())
+            throw std::runtime_error(
+                "--device cuda: --role (prefill/decode disaggregation over MPI) is not "
+                "implemented on the CUDA backend yet; use --device cpu");
         if (options.split.split()) {
             // One split per run, and each refuses what it cannot carry, before MPI starts.
             char const* const flag = options.split.pipeline > 1 ? "--pp" : "--tp";
@@ -1359,6 +1373,11 @@ int main(int argc, char** argv) {
 #endif
         }
         auto file = tinfer::gguf::File::open(options.model);
+        if (options.device == "cuda") {
+            return tinfer::examples::with_cuda_engine(file, [&]<class Engine>() {
+                return run<Engine>(options, stop_signals, std::move(file), nullptr);
+            });
+        }
         if (options.split.split()) {
             return tinfer::examples::with_parallel_engine<Serving>(
                 file, options.split, "serve",

@@ -16,6 +16,10 @@
   draft kept, and is refused without --speculative-tokens; --kv-cache-dtype int8 runs and
   answers; an unknown dtype is refused naming the flag;
 - the timing report (TTFT, TPOT, prefill and decode tokens/s) is on stderr;
+- --device cuda: what the CUDA backend lacks (--kv-cache-dtype int8, --precision int8) is
+  refused naming the flag before anything loads; otherwise it answers greedily as the CPU does
+  where a GPU exists, and is refused with one clear line (no CUDA backend in this build, or no
+  CUDA device on this machine) where none does; an unknown device is refused;
 - with --mpirun: `mpirun -n 2 generate --pp 2` (each rank's engine over 15 of SmolLM2's 30
   layers, in lockstep) prints one process's greedy answer exactly (a stage boundary moves floats
   unchanged), and `mpirun -n 3 generate --tp 3` runs and answers; --pp with --kv-cache-dtype
@@ -169,6 +173,28 @@ def main():
     code, _, err = run("--prompt", "x", "--kv-cache-dtype", "int3")
     check(code != 0 and "--kv-cache-dtype" in err,
           f"an unknown KV dtype is refused naming the flag ({code}: {err[-200:]!r})")
+
+    # --device cuda.
+    for flags, named in ((("--kv-cache-dtype", "int8"), "--kv-cache-dtype int8"),
+                         (("--precision", "int8"), "--precision int8")):
+        code, _, err = run("--prompt", "x", "--device", "cuda", *flags)
+        check(code == 1 and f"--device cuda: {named} is not implemented on the CUDA backend"
+              in err, f"--device cuda refuses {named} naming it ({code}: {err[-200:]!r})")
+    code, out, err = run("--prompt", "The capital of France is", "--max-tokens", "6",
+                         "--precision", "f32")
+    cpu_answer = out.strip()
+    code, out, err = run("--prompt", "The capital of France is", "--max-tokens", "6",
+                         "--device", "cuda")
+    unavailable = ("--device cuda: this build has no CUDA backend" in err or
+                   "--device cuda: this machine has no CUDA device" in err)
+    if code == 0:
+        check(out.strip() == cpu_answer,
+              f"--device cuda answers as the CPU (f32) does ({out!r} vs {cpu_answer!r})")
+    else:
+        check(code == 1 and unavailable and err.strip().count("\n") == 0,
+              f"--device cuda without a GPU: one clear line ({code}: {err[-300:]!r})")
+    code, _, err = run("--prompt", "x", "--device", "tpu")
+    check(code != 0 and "--device" in err, f"an unknown device is refused ({code}: {err[-200:]!r})")
 
     if args.mpirun:
         mpirun = [args.mpirun, "--oversubscribe", "--allow-run-as-root", "-x", "OMP_NUM_THREADS=1"]

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <tinfer/kv/device_blocks.hpp>
+#include <tinfer/kv/paged_cache.hpp>
 #include <tinfer/model/cuda/cache_step.hpp>
 #include <tinfer/model/cuda/device_forward.cuh>
 #include <tinfer/model/cuda/device_model.hpp>

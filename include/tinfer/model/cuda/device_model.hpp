@@ -48,6 +48,24 @@
 
 namespace tinfer::cuda {
 
+// Whether the device layer composes every part of Cfg (cuda_ops.cuh refuses the others at
+// compile time): no sliding-window layers, scores scaled by 1/sqrt(head_dim), one RoPE base. A
+// program choosing a backend at run time checks it before instantiating a device model.
+template <ModelConfig Cfg>
+inline constexpr bool runs_on_device =
+    !Cfg.has_layer_kind(LayerKind::sliding) && Cfg.query_scale_dim() == Cfg.head_dim;
+
+// What of Cfg the device layer lacks, for a refusal's message ("" where runs_on_device).
+template <ModelConfig Cfg>
+std::string missing_on_device() {
+    if constexpr (Cfg.has_layer_kind(LayerKind::sliding))
+        return "sliding-window attention layers";
+    else if constexpr (Cfg.query_scale_dim() != Cfg.head_dim)
+        return "a query scale other than 1/sqrt(head_dim) (query_pre_attn_scalar)";
+    else
+        return "";
+}
+
 template <ModelConfig Cfg, class Cache>
 class DeviceModel {
     static_assert(Cache::group_count == 1,
