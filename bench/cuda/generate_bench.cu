@@ -11,7 +11,11 @@
 // <unit>" are what bench/gpu_suite.sh tabulates.
 //
 //   cuda_generate_bench [model.gguf]   (default: $TINFER_MODEL_PATH, then the cached SmolLM2)
-// Exits 77 without a GPU or without the model file.
+// Without the file (a GPU machine receives at most 64 MiB of the repository, so the real file
+// never reaches it) it writes a model of SmolLM2's shape with the project's GGUF writer: seeded
+// random weights, Q4_1 layer matrices as the real file's, an f32 embedding (the real file's is
+// Q8_0, about 4% of the decode bytes more here). The figures measure the kernels, not the text.
+// Exits 77 without a GPU.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -30,6 +34,7 @@
 #include <tinfer/model/cuda/device_llama.cuh>
 
 #include <tinfer/gguf/gguf.hpp>
+#include <tinfer/gguf/synthetic_model.hpp>
 #include <tinfer/presets/presets.hpp>
 
 namespace {
@@ -95,8 +100,7 @@ GenerateTimes generate(Device& model, std::vector<std::vector<std::int32_t>> con
     return times;
 }
 
-void bench(std::string const& path) {
-    gguf::File const file = gguf::File::open(path);
+void bench(gguf::File const& file) {
     Weights const weights = Weights::bind(file);
     auto model = std::make_unique<Device>(weights, tinfer::cuda::DeviceLlamaOptions{
                                                        .max_seqs = max_batch,
@@ -172,16 +176,23 @@ int main(int argc, char** argv) {
     if (path.empty() && std::getenv("HOME") != nullptr)
         path = std::string(std::getenv("HOME")) +
                "/.cache/tinfer/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    if (!std::filesystem::exists(path)) {
-        std::printf("model not found at '%s' (scripts/fetch_model.sh): skipped\n", path.c_str());
-        return 77;
-    }
     try {
         cudaDeviceProp properties{};
         kernels::cuda::check(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties");
-        std::printf("device: %s (sm_%d%d, %d SMs); model %s\n", properties.name, properties.major,
-                    properties.minor, properties.multiProcessorCount, path.c_str());
-        bench(path);
+        std::printf("device: %s (sm_%d%d, %d SMs)\n", properties.name, properties.major,
+                    properties.minor, properties.multiProcessorCount);
+        if (std::filesystem::exists(path)) {
+            std::printf("model: %s\n", path.c_str());
+            bench(gguf::File::open(path));
+        } else {
+            std::printf(
+                "model: not at '%s'; SmolLM2's shape written with the GGUF writer "
+                "(seeded random weights, Q4_1 layers)\n",
+                path.c_str());
+            std::vector<std::byte> const bytes =
+                gguf::SyntheticModel(smollm2, 20261204, gguf::TensorType::q4_1).bytes();
+            bench(gguf::File::from_bytes(bytes));
+        }
     } catch (std::exception const& error) {
         std::printf("benchmark failed: %s\n", error.what());
         return 1;

@@ -6,7 +6,8 @@
 //    the first host step whose top-2 margin is within the two models' possible disagreement;
 //  - the four prompts prefilled in one step and decoded in one batch give each prompt bitwise the
 //    logits, so the tokens, of its run alone (both runs take the same kernels: see run_alone).
-// Exits 77 without a GPU or without the model file (TINFER_MODEL_PATH, scripts/fetch_model.sh).
+// Without the model file (TINFER_MODEL_PATH) it runs on a generated model of SmolLM2's shape, all
+// but the golden comparison. Exits 77 without a GPU only.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -14,9 +15,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -24,6 +27,7 @@
 #include <tinfer/model/cuda/device_llama.cuh>
 
 #include <tinfer/gguf/gguf.hpp>
+#include <tinfer/gguf/synthetic_model.hpp>
 #include <tinfer/model/weights.hpp>
 #include <tinfer/presets/presets.hpp>
 
@@ -95,8 +99,10 @@ std::vector<float> poisoned(std::size_t n) {
     return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN());
 }
 
+// real_model: the golden file's logits are of the real SmolLM2; on the generated stand-in only
+// the host comparison applies.
 DeviceRun run_alone(Checker& checker, Device& model, testing::GoldenPrompt const& prompt,
-                    HostLlamaRun const& host) {
+                    HostLlamaRun const& host, bool real_model) {
     int const n = static_cast<int>(prompt.prompt.size());
     DeviceRun run;
     std::vector<float> logits = poisoned(static_cast<std::size_t>(n) * vocab);
@@ -111,8 +117,10 @@ DeviceRun run_alone(Checker& checker, Device& model, testing::GoldenPrompt const
         worst_host = std::max(worst_host, max_scaled_error(row(logits, i), host_row,
                                                            host_rtol * max_abs(host_row), 0.0));
     }
-    checker.expect_within(worst_reference, prompt.name + ": prefill logits vs float64 reference (" +
-                                               std::to_string(n) + " positions)");
+    if (real_model)
+        checker.expect_within(worst_reference, prompt.name +
+                                                   ": prefill logits vs float64 reference (" +
+                                                   std::to_string(n) + " positions)");
     checker.expect_within(worst_host, prompt.name + ": prefill logits vs host Llama");
 
     // The prompt again from position 0 (a rewind: its K and V are rewritten with the same
@@ -218,7 +226,7 @@ void run_batched(Checker& checker, Device& model, std::vector<testing::GoldenPro
     for (int s = 0; s < count; ++s) model.release(s);
 }
 
-void test_device_llama(Checker& checker, char const* path) {
+void test_device_llama(Checker& checker, std::string const& path, bool real_model) {
     std::vector<testing::GoldenPrompt> const prompts = testing::load_golden_logits(
         std::filesystem::path(TINFER_TEST_DATA_DIR) / "reference" / "golden_logits.bin");
     checker.expect(prompts.size() >= 4, "the golden file has at least 4 prompts");
@@ -238,7 +246,7 @@ void test_device_llama(Checker& checker, char const* path) {
     std::vector<DeviceRun> alone;
     for (auto const& prompt : prompts) {
         HostLlamaRun const host = run_host_llama(path, prompt.prompt, steps);
-        alone.push_back(run_alone(checker, *model, prompt, host));
+        alone.push_back(run_alone(checker, *model, prompt, host, real_model));
     }
     checker.expect(model->block_tables().free_blocks() == model->block_tables().total_blocks(),
                    "every KV block back in the pool after release");
@@ -249,24 +257,29 @@ void test_device_llama(Checker& checker, char const* path) {
                                        alone.begin() + static_cast<std::ptrdiff_t>(four.size())));
 }
 
+// A stand-in with SmolLM2's shape, written with the project's GGUF writer (seeded random weights,
+// Q4_1 layer matrices as the real file's) to a temporary file: a GPU machine receives at most
+// 64 MiB of the repository, so the real file cannot reach it, and a skip there is a failure.
+std::string write_stand_in() {
+    auto const path = std::filesystem::temp_directory_path() / "tinfer_smollm2_shape.gguf";
+    std::vector<std::byte> const bytes =
+        gguf::SyntheticModel(smollm2, 20261204, gguf::TensorType::q4_1).bytes();
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<char const*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+    if (!out) throw std::runtime_error("cannot write " + path.string());
+    return path.string();
+}
+
 }  // namespace
 
 int main() {
-    char const* path = std::getenv("TINFER_MODEL_PATH");
-    // device_count() throws where the machine shows a GPU CUDA cannot use: run_device_tests
-    // reports that as a failure, so only a working device makes the model's absence a skip.
-    int devices = 0;
-    try {
-        devices = kernels::cuda::device_count();
-    } catch (std::exception const&) {
-    }
-    if (devices > 0 && (path == nullptr || !std::filesystem::exists(path))) {
-        std::printf(
-            "cuda_device_llama_test: model not found at '%s' (scripts/fetch_model.sh): "
-            "skipped\n",
-            path ? path : "");
-        return skipped_exit_code;
-    }
-    return run_device_tests("cuda_device_llama_test",
-                            [&](Checker& checker) { test_device_llama(checker, path); });
+    char const* model_path = std::getenv("TINFER_MODEL_PATH");
+    bool const real_model = model_path != nullptr && std::filesystem::exists(model_path);
+    return run_device_tests("cuda_device_llama_test", [&](Checker& checker) {
+        std::string path = real_model ? std::string(model_path) : write_stand_in();
+        std::printf("model: %s%s\n", path.c_str(),
+                    real_model ? "" : " (SmolLM2's shape, generated: no golden comparison)");
+        test_device_llama(checker, path, real_model);
+    });
 }
