@@ -169,6 +169,88 @@ void test_refused_rows(Checker& checker, std::mt19937_64& rng) {
     }
 }
 
+// sample_greedy (an argmax reduction per row) against the host sampler at temperature 0 and
+// the ranked sampler's greedy path, token for token and refusal for refusal: ties at the maximum
+// (three ids, the lowest wins, one past the first thread's stride), the maximum at the last id,
+// -inf almost everywhere, NaN / +inf (the lowest such id named), every logit -inf, and a row of
+// -0.0 and +0.0 only (equal as floats: the host takes id 0).
+void test_greedy_argmax(Checker& checker, std::mt19937_64& rng) {
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    std::normal_distribution<float> logit(0, 3);
+    kernels::SamplingParams const greedy{.temperature = 0};
+    kernels::SamplingWorkspace host_workspace(vocab);
+    std::vector<std::vector<float>> rows;
+    auto random_row = [&] {
+        std::vector<float> row(vocab);
+        for (float& x : row) x = logit(rng);
+        return row;
+    };
+    for (int i = 0; i < 3; ++i) rows.push_back(random_row());
+    {
+        std::vector<float> row = random_row();
+        for (int id : {40000, 777, 7000}) row[static_cast<std::size_t>(id)] = 50;
+        rows.push_back(row);
+    }
+    {
+        std::vector<float> row = random_row();
+        row.back() = 50;
+        rows.push_back(row);
+    }
+    {
+        std::vector<float> row(vocab, -inf);
+        row[31337] = -1000;
+        rows.push_back(row);
+    }
+    {
+        std::vector<float> row = random_row();
+        row[9000] = std::nanf("");
+        row[123] = inf;
+        rows.push_back(row);
+    }
+    rows.push_back(std::vector<float>(vocab, -inf));
+    {
+        std::vector<float> row(vocab, 0.0f);
+        row[0] = -0.0f;
+        rows.push_back(row);
+    }
+    int const count = static_cast<int>(rows.size());
+    std::vector<float> flat;
+    for (auto const& row : rows) flat.insert(flat.end(), row.begin(), row.end());
+    DeviceBuffer<float> const dlogits(flat);
+    DeviceBuffer<std::int32_t> dargmax(rows.size()), dranked(rows.size());
+    kernels::cuda::sample_greedy(dlogits.data(), count, vocab, dargmax.data());
+    std::vector<kernels::cuda::DeviceSamplingParams> const params(
+        rows.size(), kernels::cuda::device_sampling_params(greedy, vocab, 1, 0));
+    DeviceBuffer<kernels::cuda::DeviceSamplingParams> const dparams(params);
+    kernels::cuda::DeviceSamplingWorkspace workspace(count, vocab);
+    workspace.sample(dlogits.data(), dparams.data(), count, dranked.data());
+    auto const argmax = dargmax.to_host();
+    auto const ranked = dranked.to_host();
+    for (int r = 0; r < count; ++r) {
+        auto const& row = rows[static_cast<std::size_t>(r)];
+        std::string const refusal = host_refusal(row, greedy, host_workspace);
+        std::string got;
+        try {
+            kernels::check_sampled_tokens({argmax.data() + r, 1});
+        } catch (Error const& error) {
+            got = error.what();
+        }
+        std::string const what = "greedy argmax row " + std::to_string(r);
+        checker.expect(got == refusal, what + ": refusal '" + got + "', host '" + refusal + "'");
+        if (refusal.empty()) {
+            std::int32_t const host =
+                kernels::sample_token({row.data(), row.size()}, greedy, {}, 1, 0, host_workspace)
+                    .token;
+            checker.expect(argmax[r] == host, what + ": token " + std::to_string(argmax[r]) +
+                                                  ", host " + std::to_string(host));
+        }
+        // The ranked path agrees wherever the floats' order and their bits' order agree (not on
+        // the -0.0 / +0.0 row, which the radix sort ranks by bits).
+        if (r != count - 1)
+            checker.expect(argmax[r] == ranked[r], what + ": as the ranked sampler's greedy");
+    }
+}
+
 struct Case {
     char const* name;
     kernels::SamplingParams params;
@@ -260,5 +342,6 @@ int main() {
         test_sampling_exp(checker, rng);
         test_sampler(checker, rng);
         test_refused_rows(checker, rng);
+        test_greedy_argmax(checker, rng);
     });
 }

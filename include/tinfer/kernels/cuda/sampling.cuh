@@ -12,6 +12,9 @@
 // block-wide scan), min-p the prefix of weights >= min_p. The kept tokens are then marked and a
 // second scan in token-id order finds the drawn one.
 //
+// Greedy rows alone (sample_greedy) need no ranking: an argmax reduction per row (one pass over
+// the logits, the lowest id of the largest logit, the same refusals) instead of the sort.
+//
 // Penalties and logit bias are not applied here: they change logits before this step (the
 // host's apply_penalties_and_bias), and the logits passed in are the processed ones.
 //
@@ -212,7 +215,66 @@ __global__ void __launch_bounds__(sampling_threads)
     if (threadIdx.x == 0) tokens[seq] = chosen < vocab ? chosen : best;
 }
 
+// What one thread has seen of a row for greedy: the largest finite-or-minus-infinity logit with
+// the lowest id holding it, and the lowest id of a NaN or +inf logit (the host refuses the row,
+// naming that token).
+struct ArgmaxCandidate {
+    float logit;
+    int token;      // of `logit`; vocab when none seen
+    int nonfinite;  // lowest NaN / +inf id; vocab when none
+};
+
+struct ArgmaxMerge {
+    __device__ ArgmaxCandidate operator()(ArgmaxCandidate const& a,
+                                          ArgmaxCandidate const& b) const {
+        bool const a_wins = a.logit > b.logit || (a.logit == b.logit && a.token < b.token);
+        ArgmaxCandidate merged = a_wins ? a : b;
+        merged.nonfinite = a.nonfinite < b.nonfinite ? a.nonfinite : b.nonfinite;
+        return merged;
+    }
+};
+
+__global__ void __launch_bounds__(sampling_threads)
+    argmax_kernel(float const* __restrict__ logits, int vocab, std::int32_t* __restrict__ tokens) {
+    int const seq = static_cast<int>(blockIdx.x);
+    float const* const row = logits + static_cast<std::size_t>(seq) * vocab;
+    // Each thread's ids increase, so a strict > keeps its lowest id of a tie.
+    ArgmaxCandidate mine{negative_infinity, vocab, vocab};
+    for (int i = static_cast<int>(threadIdx.x); i < vocab; i += sampling_threads) {
+        float const logit = row[i];
+        if (logit != logit || logit == positive_infinity) {
+            if (i < mine.nonfinite) mine.nonfinite = i;
+        } else if (logit > mine.logit || mine.token == vocab) {
+            mine.logit = logit;
+            mine.token = i;
+        }
+    }
+    using Reduce = cub::BlockReduce<ArgmaxCandidate, sampling_threads>;
+    __shared__ typename Reduce::TempStorage storage;
+    ArgmaxCandidate const best = Reduce(storage).Reduce(mine, ArgmaxMerge{});
+    if (threadIdx.x != 0) return;
+    if (best.nonfinite < vocab) {
+        tokens[seq] = nonfinite_logit_code(best.nonfinite);
+    } else if (best.token == vocab || best.logit == negative_infinity) {
+        tokens[seq] = all_logits_masked;
+    } else {
+        tokens[seq] = best.token;
+    }
+}
+
 }  // namespace sampling_detail
+
+// Greedy tokens of `seqs` rows of `vocab` logits (device memory): each row's lowest id of its
+// largest logit, or the error code of a row the host would refuse (check_sampled_tokens). What
+// sample() at temperature 0 draws, by one argmax reduction per row instead of a ranking; needs
+// no workspace.
+inline void sample_greedy(float const* logits, int seqs, int vocab, std::int32_t* tokens,
+                          cudaStream_t stream = nullptr) {
+    if (seqs <= 0) return;
+    check_before_launch("argmax_kernel");
+    sampling_detail::argmax_kernel<<<seqs, sampling_threads, 0, stream>>>(logits, vocab, tokens);
+    check_launch("argmax_kernel");
+}
 
 // Device scratch for sampling up to `max_seqs` rows of `vocab` logits at a time. Its one-time
 // setup runs on the stream it is made with (the caller's, not the legacy default stream), and

@@ -70,10 +70,6 @@ class DeviceLlama {
                           .max_context = options_.max_context}),
           tables_(options_.max_seqs, pool_blocks(options_), BlockSize, options_.max_context),
           kv_pool_(static_cast<std::size_t>(tables_.total_blocks()) * KvLayout::bytes_per_block),
-          sampler_(options_.max_seqs, Cfg.vocab, pass_.stream()),
-          greedy_params_(std::vector<kernels::cuda::DeviceSamplingParams>(
-              static_cast<std::size_t>(options_.max_seqs),
-              kernels::cuda::DeviceSamplingParams{.temperature = 0})),
           greedy_tokens_(static_cast<std::size_t>(options_.max_seqs)) {}
 
     DeviceLlama(DeviceLlama const&) = delete;
@@ -122,8 +118,8 @@ class DeviceLlama {
             pass_.run(plan, kv_pool_.data(), logits, Cfg.layers, [&] {
                 if (greedy.empty()) return;
                 cudaStream_t const stream = pass_.stream();
-                sampler_.sample(pass_.device_logits(), greedy_params_.data(), plan.chunks,
-                                greedy_tokens_.data(), stream);
+                kernels::cuda::sample_greedy(pass_.device_logits(), plan.chunks, Cfg.vocab,
+                                             greedy_tokens_.data(), stream);
                 kernels::cuda::check(
                     cudaMemcpyAsync(greedy.data(), greedy_tokens_.data(),
                                     static_cast<std::size_t>(plan.chunks) * sizeof(std::int32_t),
@@ -163,8 +159,6 @@ class DeviceLlama {
     DeviceForwardPass<Cfg, KvLayout> pass_;
     DeviceBlockTables tables_;
     kernels::cuda::DeviceBuffer<std::byte> kv_pool_;  // [blocks][KvLayout::bytes_per_block]
-    kernels::cuda::DeviceSamplingWorkspace sampler_;
-    kernels::cuda::DeviceBuffer<kernels::cuda::DeviceSamplingParams> greedy_params_;
     kernels::cuda::DeviceBuffer<std::int32_t> greedy_tokens_;
 };
 
