@@ -29,7 +29,7 @@ model=${TINFER_MODEL_PATH:-$HOME/.cache/tinfer/models/SmolLM2-135M-Instruct.Q4_1
 [[ -f $model ]] || echo "model not found at $model: the model test (all but its golden comparison) and the end-to-end benchmark run on a model of SmolLM2's shape they write with the GGUF writer"
 
 status_configure=skipped status_build=skipped status_tests=skipped status_bench=skipped
-status_e2e=skipped
+status_e2e=skipped status_sdpa=skipped
 tests_summary="not run"
 
 step() {  # step <seconds> <description> <command...>: runs with a time limit, logs everything
@@ -112,6 +112,14 @@ if [[ $status_build == ok ]]; then
             *) status_bench=FAILED ;;
         esac
     fi
+    # PyTorch's SDPA on the same shapes (the GPU machine's image has PyTorch): a comparison,
+    # not a test, so its absence is reported, not failed.
+    step 120 "PyTorch SDPA on the attention benchmarks' shapes" python3 "$repo/bench/cuda/sdpa_reference.py"
+    case $? in
+        0) status_sdpa=ok ;;
+        77) status_sdpa="n/a (no PyTorch or no device)" ;;
+        *) status_sdpa=FAILED ;;
+    esac
     generate=$(find "$build" -name cuda_generate_bench -type f -perm -u+x | head -1)
     if [[ -n $generate ]]; then
         step 120 "end-to-end SmolLM2 benchmark (DeviceLlama)" "$generate" "$model"
@@ -128,25 +136,33 @@ value() {
     found=$(awk -v name="$1" '$1 == "RESULT" && $2 == name {print $3 " " $4}' "$log" | tail -1)
     echo "${found:-n/a}"
 }
+ratio() {  # ratio <numerator result> <denominator result>: their quotient in %, or n/a
+    awk -v a="$1" -v b="$2" '$1 == "RESULT" && $2 == a {x = $3} $1 == "RESULT" && $2 == b {y = $3}
+        END {if (x != "" && y > 0) printf "%.1f %%\n", 100 * x / y; else print "n/a"}' "$log"
+}
 echo
 echo "================ tinfer GPU suite (full log: $log) ================"
 printf '%-44s %s\n' "configure" "$status_configure" "build" "$status_build" \
     "tests (ctest -L cuda)" "$status_tests: ${tests_summary:-none}" "benchmarks" "$status_bench" \
-    "end-to-end benchmark" "$status_e2e"
+    "end-to-end benchmark" "$status_e2e" "PyTorch SDPA reference" "$status_sdpa"
 printf '%-44s %s\n' \
-    "decode attention b64 4K d128 g8 bf16" "$(value decode_attention_ms)" \
+    "decode attention b64 4K 32q/8kv d128 bf16" "$(value decode_attention_ms)" \
     "  achieved K+V read bandwidth" "$(value decode_attention_gbs)" \
     "  cudaMemcpy D2D (read + write)" "$(value memcpy_d2d_gbs)" \
-    "  decode / memcpy" "$(value decode_attention_of_memcpy)" \
+    "  decode / memcpy (target >= 80 %)" "$(value decode_attention_of_memcpy)" \
+    "  PyTorch SDPA, contiguous KV" "$(value sdpa_decode_gbs)" \
+    "  decode / SDPA (target >= 100 %)" "$(ratio decode_attention_gbs sdpa_decode_gbs)" \
     "prefill attention 4K d128 32 heads causal" "$(value prefill_attention_ms)" \
     "  prefill attention" "$(value prefill_attention_tflops)" \
     "  cuBLAS bf16 GEMM 8192^3" "$(value cublas_bf16_gemm_tflops)" \
     "  cuBLAS fp32 GEMM 8192^3" "$(value cublas_fp32_gemm_tflops)" \
-    "  prefill / bf16 GEMM" "$(value prefill_attention_of_bf16_gemm)" \
+    "  prefill / bf16 GEMM (target >= 30 %)" "$(value prefill_attention_of_bf16_gemm)" \
+    "  PyTorch SDPA, causal" "$(value sdpa_prefill_tflops)" \
+    "  prefill / SDPA" "$(ratio prefill_attention_tflops sdpa_prefill_tflops)" \
     "  prefill / fp32 GEMM" "$(value prefill_attention_of_fp32_gemm)" \
     "end-to-end SmolLM2 decode tg128, batch 1" "$(value e2e_decode_b1_tps)" \
     "end-to-end SmolLM2 decode tg128, batch 64" "$(value e2e_decode_b64_tps)" \
     "end-to-end SmolLM2 prefill pp512" "$(value e2e_prefill_pp512_tps)" \
     "end-to-end SmolLM2 prefill 64 x 128" "$(value e2e_prefill_b64_tps)"
 [[ $status_configure == ok* && $status_build == ok && $status_tests == ok &&
-    $status_bench != FAILED* && $status_e2e != FAILED* ]]
+    $status_bench != FAILED* && $status_e2e != FAILED* && $status_sdpa != FAILED* ]]

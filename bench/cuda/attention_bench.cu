@@ -1,9 +1,10 @@
 // Attention kernel benchmarks on the device, each against a reference measured in the same
 // program (DESIGN.md: memory-bound kernels in GB/s against the machine's measured bandwidth,
 // compute-bound ones in FLOP/s against a measured GEMM):
-//   decode:  paged decode attention, batch 64, 4K context, head_dim 128, GQA 8 (8 KV heads,
-//            64 query heads), bf16 KV, 16-token blocks in shuffled physical order; GB/s of K and
-//            V read, against a device-to-device cudaMemcpy (bytes read + written per second);
+//   decode:  paged decode attention, batch 64, 4K context, Llama-3-8B's heads (32 query heads
+//            over 8 KV heads, head_dim 128), bf16 KV, 16-token blocks in shuffled physical order;
+//            GB/s of K and V read, against a device-to-device cudaMemcpy (bytes read + written
+//            per second); bench/cuda/sdpa_reference.py times PyTorch's SDPA on the same shapes;
 //   prefill: causal prefill attention of one 4K-token prompt, head_dim 128, 32 query heads in
 //            groups of 4 (Llama-3-8B), bf16 KV; TFLOP/s (2 * S^2 * head_dim * heads for the causal
 //            half of QK^T and PV) against cuBLAS GEMMs of 8192^3: bf16 with tensor cores
@@ -152,7 +153,7 @@ double memcpy_bandwidth_gbs() {
 void bench_decode() {
     constexpr int seqs = 64;
     constexpr int context = 4096;
-    constexpr int group = 8;
+    constexpr int group = 4;  // issue 15's target shape: Llama-3-8B's 32 query heads
     constexpr int kv_heads = 8;
     constexpr int heads = kv_heads * group;
     BenchCache cache(seqs, context, kv_heads);
