@@ -279,6 +279,50 @@ BOOST_AUTO_TEST_CASE(dynamic_shapes_give_the_static_logits_bitwise) {
     check_dynamic_shapes_twin<tiny_gemma3, Int8>(TensorType::q8_0, 25);
 }
 
+// The benchmarks' fast stand-in for large shapes (SyntheticModel::random_q4_0_blocks): every
+// matrix Q4_0, embedding and LM head included; it binds as the shape, and its logits are finite
+// and of the normal model's order (each row's spread within 10x of a normal-weight model's).
+BOOST_AUTO_TEST_CASE(random_q4_0_blocks_bind_and_run) {
+    constexpr ModelConfig shape = [] {
+        ModelConfig c = tiny_llama;
+        c.arch.lm_head = tinfer::LmHead::separate;
+        return c;
+    }();
+    using Model = tinfer::model::Llama<shape>;
+    std::vector<std::int32_t> const prompt = {3, 1, 4, 1, 5, 9, 2, 6};
+    auto const logits_of = [&](std::vector<std::byte> const& bytes) {
+        tinfer::gguf::File const file = tinfer::gguf::File::from_bytes(bytes);
+        Model const model = Model::bind(file);
+        tinfer::kv::ContiguousKvCache<shape> cache(1, 16);
+        Model::Workspace ws(static_cast<int>(prompt.size()), 1);
+        std::vector<float> logits(shape.vocab);
+        tinfer::SequenceChunk const chunk{0, 0, prompt};
+        model.forward(std::span(&chunk, 1), cache, ws, logits);
+        return logits;
+    };
+    auto const spread = [](std::vector<float> const& v) {
+        double sum = 0, squares = 0;
+        for (float x : v) {
+            BOOST_REQUIRE(std::isfinite(x));
+            sum += x;
+            squares += static_cast<double>(x) * x;
+        }
+        double const mean = sum / static_cast<double>(v.size());
+        return std::sqrt(squares / static_cast<double>(v.size()) - mean * mean);
+    };
+    auto const random_blocks = tinfer::gguf::SyntheticModel::random_q4_0_blocks(shape, 31).bytes();
+    tinfer::gguf::File const file = tinfer::gguf::File::from_bytes(random_blocks);
+    auto const weights = tinfer::model::ModelWeights<shape>::bind(file);
+    BOOST_TEST((weights.token_embedding.type == tinfer::DType::q4_0));
+    BOOST_TEST((weights.output.type == tinfer::DType::q4_0));
+    BOOST_TEST((weights.layers[0].down.type == tinfer::DType::q4_0));
+    double const random_spread = spread(logits_of(random_blocks));
+    double const normal_spread = spread(
+        logits_of(tinfer::gguf::SyntheticModel(shape, 31, tinfer::gguf::TensorType::q4_0).bytes()));
+    BOOST_TEST(random_spread > normal_spread / 10);
+    BOOST_TEST(random_spread < normal_spread * 10);
+}
+
 BOOST_AUTO_TEST_CASE(cpp_initializer_compiles_the_shape_it_prints) {
     // The printed initializer, pasted, is the preset (checked by the static_assert below on a
     // copy of the text this test prints).

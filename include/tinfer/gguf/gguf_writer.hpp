@@ -53,6 +53,10 @@ class Writer {
 
     std::vector<std::byte> to_bytes() const {
         std::vector<std::byte> out;
+        // One allocation for a multi-GiB model, not a doubling copy per growth.
+        std::size_t tensor_bytes = 0;
+        for (TensorEntry const& t : tensors_) tensor_bytes += align(t.bytes.size());
+        out.reserve(tensor_bytes + (std::size_t{1} << 20));
         put<std::uint32_t>(out, magic);
         put<std::uint32_t>(out, version_);
         put<std::uint64_t>(out, tensors_.size());
