@@ -8,6 +8,8 @@
 # CUDA cannot use a GPU the machine shows (kernels/cuda/device_probe.hpp). Skips are only for
 # machines without a GPU.
 # Meant to finish in under 8 minutes on a 16-core machine (each step has its own time limit).
+# No model file needs to reach the GPU machine: the tests and benchmarks write the models they
+# need with the project's GGUF writer (SmolLM2's shape, Llama-3-8B's in Q4_0, the Engine test's).
 #
 #   bench/gpu_suite.sh [build-dir]      (default: build-gpu next to this repository's sources)
 # Environment: CUDA_HOME (default /usr/local/cuda), JOBS (default: all cores),
@@ -122,7 +124,7 @@ if [[ $status_build == ok ]]; then
     esac
     generate=$(find "$build" -name cuda_generate_bench -type f -perm -u+x | head -1)
     if [[ -n $generate ]]; then
-        step 120 "end-to-end SmolLM2 benchmark (DeviceLlama)" "$generate" "$model"
+        step 240 "end-to-end benchmarks: SmolLM2, Llama-3-8B shape Q4_0 (DeviceLlama)" "$generate" "$model"
         case $? in
             0) status_e2e=ok ;;
             77) status_e2e=$(skip_status "no CUDA device or no model") ;;
@@ -163,6 +165,11 @@ printf '%-44s %s\n' \
     "end-to-end SmolLM2 decode tg128, batch 1" "$(value e2e_decode_b1_tps)" \
     "end-to-end SmolLM2 decode tg128, batch 64" "$(value e2e_decode_b64_tps)" \
     "end-to-end SmolLM2 prefill pp512" "$(value e2e_prefill_pp512_tps)" \
-    "end-to-end SmolLM2 prefill 64 x 128" "$(value e2e_prefill_b64_tps)"
+    "end-to-end SmolLM2 prefill 64 x 128" "$(value e2e_prefill_b64_tps)" \
+    "end-to-end Llama-3-8B shape Q4_0 decode, batch 1" "$(value e2e_8b_decode_b1_tps)" \
+    "  of its weight-bandwidth roofline (target >= 50 %)" "$(value e2e_8b_decode_b1_of_roofline)" \
+    "end-to-end Llama-3-8B shape Q4_0 decode, batch 64" "$(value e2e_8b_decode_b64_tps)" \
+    "decode with CUDA graphs" "n/a (not implemented yet)"
+grep '^BREAKDOWN' "$log" | sed 's/^BREAKDOWN //' 
 [[ $status_configure == ok* && $status_build == ok && $status_tests == ok &&
     $status_bench != FAILED* && $status_e2e != FAILED* && $status_sdpa != FAILED* ]]

@@ -32,6 +32,7 @@
 
 // First: it includes model/weights.hpp with an nvcc warning silenced (device_llama.cuh says why).
 #include <tinfer/model/cuda/device_llama.cuh>
+#include <tinfer/model/cuda/step_profile.cuh>
 
 #include <tinfer/gguf/gguf.hpp>
 #include <tinfer/gguf/synthetic_model.hpp>
@@ -64,8 +65,8 @@ double median(std::vector<double> v) {
     return v[v.size() / 2];
 }
 
-std::vector<std::int32_t> random_tokens(std::mt19937& rng, int count) {
-    std::uniform_int_distribution<std::int32_t> id(0, smollm2.vocab - 1);
+std::vector<std::int32_t> random_tokens(std::mt19937& rng, int count, int vocab = smollm2.vocab) {
+    std::uniform_int_distribution<std::int32_t> id(0, vocab - 1);
     std::vector<std::int32_t> tokens(static_cast<std::size_t>(count));
     for (auto& t : tokens) t = id(rng);
     return tokens;
@@ -76,8 +77,10 @@ struct GenerateTimes {
     double decode_seconds = 0;
 };
 
-// `batch` prompts of prompt_tokens prefilled in one step, then decode_steps greedy steps of all.
-GenerateTimes generate(Device& model, std::vector<std::vector<std::int32_t>> const& prompts) {
+// `batch` prompts of prompt_tokens prefilled in one step, then `steps` greedy steps of all.
+template <class Model>
+GenerateTimes generate(Model& model, std::vector<std::vector<std::int32_t>> const& prompts,
+                       int steps = decode_steps) {
     int const batch = static_cast<int>(prompts.size());
     std::vector<tinfer::cuda::DeviceChunk> chunks;
     for (int s = 0; s < batch; ++s) chunks.push_back({s, 0, prompts[static_cast<std::size_t>(s)]});
@@ -88,7 +91,7 @@ GenerateTimes generate(Device& model, std::vector<std::vector<std::int32_t>> con
     model.forward(chunks, {}, tokens);
     times.prefill_seconds = seconds_since(start);
     start = std::chrono::steady_clock::now();
-    for (int step = 0; step < decode_steps; ++step) {
+    for (int step = 0; step < steps; ++step) {
         fed = tokens;
         for (int s = 0; s < batch; ++s)
             chunks[static_cast<std::size_t>(s)] = {s, prompt_tokens + step,
@@ -155,6 +158,91 @@ void bench(gguf::File const& file) {
     }
 }
 
+// Llama-3-8B's shape in Q4_0 (every matrix, the LM head included; random blocks, written with the
+// GGUF writer in seconds: gguf::SyntheticModel::random_q4_0_blocks), bf16 KV: issue 15's decode
+// target, batch 1 against its weight-bandwidth roofline (the bytes one step streams, every
+// tensor but the embedding, over the device-to-device copy's rate measured here), with a
+// per-part time breakdown of one profiled step; and batch 64.
+constexpr ModelConfig llama3_8b = presets::llama3_8b;
+using Device8b = tinfer::cuda::DeviceLlama<llama3_8b, 16, kv::Bf16Codec>;
+using Weights8b = model::ModelWeights<llama3_8b>;
+constexpr int steps_8b = 32;
+
+double copy_bandwidth_gbs() {
+    std::size_t const bytes = std::size_t{1} << 30;
+    kernels::cuda::DeviceBuffer<std::byte> source(bytes), target(bytes);
+    source.fill_bytes(1);
+    std::vector<double> times;
+    for (int r = 0; r <= repeats; ++r) {
+        kernels::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+        auto const start = std::chrono::steady_clock::now();
+        kernels::cuda::check(
+            cudaMemcpy(target.data(), source.data(), bytes, cudaMemcpyDeviceToDevice),
+            "cudaMemcpy D2D");
+        kernels::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+        if (r > 0) times.push_back(seconds_since(start));
+    }
+    return 2.0 * static_cast<double>(bytes) / median(times) / 1e9;  // read + written
+}
+
+void bench_llama3_8b() {
+    auto const made = std::chrono::steady_clock::now();
+    std::vector<std::byte> const bytes =
+        gguf::SyntheticModel::random_q4_0_blocks(llama3_8b, 20261204).bytes();
+    gguf::File const file = gguf::File::from_bytes(bytes);
+    Weights8b const weights = Weights8b::bind(file);
+    std::printf("Llama-3-8B shape, Q4_0: %.2f GB written in %.1f s\n",
+                static_cast<double>(bytes.size()) / 1e9, seconds_since(made));
+    auto model =
+        std::make_unique<Device8b>(weights, tinfer::cuda::DeviceLlamaOptions{
+                                                .max_seqs = max_batch,
+                                                .max_step_tokens = max_batch * prompt_tokens,
+                                                .max_logit_rows = max_batch,
+                                                .max_context = 512,
+                                                .kv_budget_bytes = std::size_t{4} << 30,
+                                            });
+    double const streamed = static_cast<double>(model->streamed_weight_bytes());
+    double const bandwidth = copy_bandwidth_gbs();
+    double const roofline = bandwidth * 1e9 / streamed;  // tokens/s at batch 1
+    std::printf("streams %.2f GB of weights per step; D2D copy %.0f GB/s: roofline %.0f tokens/s\n",
+                streamed / 1e9, bandwidth, roofline);
+    std::mt19937 rng(20261204);
+    for (int const batch : {1, max_batch}) {
+        std::vector<std::vector<std::int32_t>> prompts;
+        for (int s = 0; s < batch; ++s)
+            prompts.push_back(random_tokens(rng, prompt_tokens, llama3_8b.vocab));
+        std::vector<double> decode;
+        for (int r = 0; r <= repeats; ++r) {
+            GenerateTimes const t = generate(*model, prompts, steps_8b);
+            if (r > 0) decode.push_back(t.decode_seconds);  // generate() releases the slots
+        }
+        double const tps = static_cast<double>(batch) * steps_8b / median(decode);
+        std::printf("Llama-3-8B shape: %d decode steps at batch %d: %.0f tokens/s\n", steps_8b,
+                    batch, tps);
+        result(("e2e_8b_decode_b" + std::to_string(batch) + "_tps").c_str(), tps, "tokens/s");
+        if (batch == 1) result("e2e_8b_decode_b1_of_roofline", 100.0 * tps / roofline, "%");
+    }
+
+    // One decode step at batch 1, profiled: where its time goes.
+    std::vector<std::int32_t> const prompt = random_tokens(rng, prompt_tokens, llama3_8b.vocab);
+    tinfer::cuda::DeviceChunk const prefill{0, 0, prompt};
+    std::int32_t token = 0;
+    model->forward(std::span(&prefill, 1), {}, std::span(&token, 1));
+    tinfer::cuda::StepProfile profile;
+    model->set_profile(&profile);
+    std::int32_t const fed = token;
+    tinfer::cuda::DeviceChunk const decode{0, prompt_tokens, std::span(&fed, 1)};
+    model->forward(std::span(&decode, 1), {}, std::span(&token, 1));
+    model->set_profile(nullptr);
+    auto const parts = profile.totals();
+    double total = 0;
+    for (auto const& [part, ms] : parts) total += ms;
+    std::printf("BREAKDOWN Llama-3-8B shape, one decode step at batch 1: %.3f ms\n", total);
+    for (auto const& [part, ms] : parts)
+        std::printf("BREAKDOWN   %-30s %8.3f ms  %5.1f %%\n", part.c_str(), ms, 100 * ms / total);
+    model->release(0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -193,6 +281,7 @@ int main(int argc, char** argv) {
                 gguf::SyntheticModel(smollm2, 20261204, gguf::TensorType::q4_1).bytes();
             bench(gguf::File::from_bytes(bytes));
         }
+        bench_llama3_8b();
     } catch (std::exception const& error) {
         std::printf("benchmark failed: %s\n", error.what());
         return 1;

@@ -34,6 +34,7 @@
 #include <tinfer/kernels/cuda/rows.cuh>
 #include <tinfer/kernels/cuda/swiglu.cuh>
 #include <tinfer/model/cuda/step_plan.hpp>
+#include <tinfer/model/cuda/step_profile.cuh>
 // model/weights.hpp binds the embedding with a lambda whose template parameter appears only in
 // its body (`[]<DType T>() {...}`, called explicitly): valid C++20 that nvcc's front end flags as
 // warning 445 ("constant T is not used in declaring the parameter types"), an error under
@@ -112,6 +113,7 @@ struct DeviceStep {
     std::byte* kv_pool = nullptr;
     kernels::cuda::KernelStatus* status = nullptr;
     cudaStream_t stream = nullptr;
+    StepProfile* profile = nullptr;  // when set, an event after each op (step_profile.cuh)
 };
 
 // KvLayout: a kv::PagedKvCache type whose byte layout the pool has (its codecs are the K and V
@@ -148,17 +150,20 @@ class CudaOps {
         }
         kernels::cuda::rope_table<Cfg.head_dim>(rope_base(), step_.ints + step_.plan.positions,
                                                 rows_, a_.rope.data(), step_.stream);
+        mark("embedding, rope table");
     }
 
     void normalize(std::span<float const> weight) {
         kernels::cuda::rmsnorm<Cfg.hidden>(a_.hidden.data(), weight.data(), norm_eps, rows_,
                                            a_.normed.data(), step_.stream);
+        mark("rmsnorm");
     }
 
     void project_qkv(model::LayerWeights const& w) {
         linear_any<Cfg.hidden>(w.q, a_.normed.data(), rows_, a_.q.data(), step_.stream);
         linear_any<Cfg.hidden>(w.k, a_.normed.data(), rows_, a_.k.data(), step_.stream);
         linear_any<Cfg.hidden>(w.v, a_.normed.data(), rows_, a_.v.data(), step_.stream);
+        mark("q, k, v projections");
     }
 
     template <class Plan>
@@ -184,6 +189,7 @@ class CudaOps {
         }
         kernels::cuda::apply_rope<Cfg>(a_.q.data(), rows_, Cfg.heads, a_.rope.data(), stream);
         kernels::cuda::apply_rope<Cfg>(a_.k.data(), rows_, Cfg.kv_heads, a_.rope.data(), stream);
+        mark("bias, qk-norm, rope");
     }
 
     // Appends the step's K and V to the paged pool, then attends: attended.
@@ -227,6 +233,7 @@ class CudaOps {
             };
             k::prefill_attention<Cfg, KeyCodec, ValueCodec>(kv_layer, arguments, step_.stream);
         }
+        mark("kv append, attention");
         return true;
     }
 
@@ -253,6 +260,8 @@ class CudaOps {
         (void)post_norm;
         kernels::cuda::add_in_place(a_.hidden.data(), projected, elements(Cfg.hidden),
                                     step_.stream);
+        mark(input == model::Activations::attended ? "attention output projection"
+                                                   : "ffn down projection");
         return true;
     }
 
@@ -263,6 +272,7 @@ class CudaOps {
         linear_any<Cfg.hidden>(up, a_.normed.data(), rows_, a_.up.data(), step_.stream);
         kernels::cuda::gated_activation<Plan::activation>(
             a_.gate.data(), a_.up.data(), elements(Cfg.ffn), a_.gate.data(), step_.stream);
+        mark("ffn gate, up, activation");
     }
 
     // The final norm, the LM head and soft-capping for the rows that give logits: logits.
@@ -279,9 +289,13 @@ class CudaOps {
             k::soft_cap(a_.logits.data(), static_cast<float>(Cfg.arch.final_logit_softcap),
                         static_cast<std::size_t>(plan.logit_rows) * Cfg.vocab, step_.stream);
         }
+        mark("final norm, lm head");
     }
 
   private:
+    void mark(char const* part) {
+        if (step_.profile != nullptr) step_.profile->mark(part, step_.stream);
+    }
     static constexpr double rope_base() {
         return Cfg.rope_base_of(Cfg.has_layer_kind(LayerKind::global) ? LayerKind::global
                                                                       : Cfg.layer_kind(0));

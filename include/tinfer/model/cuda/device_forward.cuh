@@ -111,6 +111,16 @@ class DeviceForwardPass {
                 .vocab = Cfg.vocab};
     }
     std::size_t weight_bytes() const { return arena_.bytes(); }
+    // Weight bytes one step reads: every tensor but the token embedding (a row per token),
+    // unless the LM head is the embedding (tied). The numerator of a decode roofline.
+    std::size_t streamed_weight_bytes() const {
+        if (layout_.output.offset == layout_.token_embedding.offset) return layout_.bytes;
+        for (WeightSegment const& s : layout_.segments)
+            if (s.offset == layout_.token_embedding.offset) return layout_.bytes - s.bytes;
+        return layout_.bytes;
+    }
+    // Events after each op of the following steps, for a time breakdown (nullptr: none).
+    void set_profile(StepProfile* profile) { profile_ = profile; }
     cudaStream_t stream() const { return stream_.get(); }
     // logits of the last step, [plan.logit_rows][vocab] (device memory).
     float const* device_logits() const { return activations_->logits.data(); }
@@ -141,11 +151,13 @@ class DeviceForwardPass {
                                  plan.packed.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice,
                                  stream),
                  "cudaMemcpyAsync step plan to device");
+        if (profile_ != nullptr) profile_->begin(stream);
         DeviceStep const step{.plan = plan,
                               .ints = plan_buffer_.data(),
                               .kv_pool = kv_pool,
                               .status = status_.get(),
-                              .stream = stream};
+                              .stream = stream,
+                              .profile = profile_};
         Ops ops(*activations_, step);
         ops.embed(weights_);
         model::run_decoder_stack<Cfg, Cfg>(ops, weights_.layers, 0, layers);
@@ -181,6 +193,7 @@ class DeviceForwardPass {
     std::unique_ptr<DeviceActivations<Cfg, KeyCodec>> activations_;
     kernels::cuda::DeviceBuffer<std::int32_t> plan_buffer_;  // DeviceStepPlan::packed
     kernels::cuda::DeviceStatus status_;  // what the attention kernels refused, per step
+    StepProfile* profile_ = nullptr;
 };
 
 }  // namespace tinfer::cuda

@@ -79,6 +79,8 @@ class DeviceLlama {
     StepLimits limits() const { return pass_.limits(); }
     DeviceBlockTables const& block_tables() const { return tables_; }
     std::size_t weight_bytes() const { return pass_.weight_bytes(); }
+    std::size_t streamed_weight_bytes() const { return pass_.streamed_weight_bytes(); }
+    void set_profile(StepProfile* profile) { pass_.set_profile(profile); }
     std::size_t kv_bytes() const { return kv_pool_.bytes(); }
     cudaStream_t stream() const { return pass_.stream(); }
 
