@@ -169,7 +169,10 @@ printf '%-44s %s\n' \
     "end-to-end Llama-3-8B shape Q4_0 decode, batch 1" "$(value e2e_8b_decode_b1_tps)" \
     "  of its weight-bandwidth roofline (target >= 50 %)" "$(value e2e_8b_decode_b1_of_roofline)" \
     "end-to-end Llama-3-8B shape Q4_0 decode, batch 64" "$(value e2e_8b_decode_b64_tps)" \
-    "decode with CUDA graphs" "n/a (not implemented yet)"
+    "with CUDA graphs: SmolLM2 decode, batch 1" "$(value e2e_decode_b1_graphs_tps)" \
+    "  SmolLM2 decode, batch 64" "$(value e2e_decode_b64_graphs_tps)" \
+    "  Llama-3-8B shape decode, batch 1" "$(value e2e_8b_decode_b1_graphs_tps)" \
+    "  Llama-3-8B shape decode, batch 64" "$(value e2e_8b_decode_b64_graphs_tps)"
 grep '^BREAKDOWN' "$log" | sed 's/^BREAKDOWN //' 
 [[ $status_configure == ok* && $status_build == ok && $status_tests == ok &&
     $status_bench != FAILED* && $status_e2e != FAILED* && $status_sdpa != FAILED* ]]

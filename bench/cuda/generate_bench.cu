@@ -103,6 +103,27 @@ GenerateTimes generate(Model& model, std::vector<std::vector<std::int32_t>> cons
     return times;
 }
 
+// The tg runs again with decode steps replayed as CUDA graphs (DeviceLlama::use_cuda_graphs):
+// "<prefix>_b<B>_graphs_tps". A failure there is reported and fails the benchmark.
+template <class Model>
+void decode_with_cuda_graphs(Model& model, std::mt19937& rng, std::string const& prefix, int steps,
+                             int vocab) {
+    model.use_cuda_graphs(true);
+    for (int const batch : {1, max_batch}) {
+        std::vector<std::vector<std::int32_t>> prompts;
+        for (int s = 0; s < batch; ++s) prompts.push_back(random_tokens(rng, prompt_tokens, vocab));
+        std::vector<double> decode;
+        for (int r = 0; r <= repeats; ++r) {
+            GenerateTimes const t = generate(model, prompts, steps);
+            if (r > 0) decode.push_back(t.decode_seconds);  // run 0 captures the graphs
+        }
+        double const tps = static_cast<double>(batch) * steps / median(decode);
+        std::printf("%s at batch %d with CUDA graphs: %.0f tokens/s\n", prefix.c_str(), batch, tps);
+        result((prefix + "_b" + std::to_string(batch) + "_graphs_tps").c_str(), tps, "tokens/s");
+    }
+    model.use_cuda_graphs(false);
+}
+
 void bench(gguf::File const& file) {
     Weights const weights = Weights::bind(file);
     auto model = std::make_unique<Device>(weights, tinfer::cuda::DeviceLlamaOptions{
@@ -156,6 +177,7 @@ void bench(gguf::File const& file) {
             result("e2e_prefill_b64_tps", pp_batch, "tokens/s");
         }
     }
+    decode_with_cuda_graphs(*model, rng, "e2e_decode", decode_steps, smollm2.vocab);
 }
 
 // Llama-3-8B's shape in Q4_0 (every matrix, the LM head included; random blocks, written with the
@@ -222,6 +244,7 @@ void bench_llama3_8b() {
         result(("e2e_8b_decode_b" + std::to_string(batch) + "_tps").c_str(), tps, "tokens/s");
         if (batch == 1) result("e2e_8b_decode_b1_of_roofline", 100.0 * tps / roofline, "%");
     }
+    decode_with_cuda_graphs(*model, rng, "e2e_8b_decode", steps_8b, llama3_8b.vocab);
 
     // One decode step at batch 1, profiled: where its time goes.
     std::vector<std::int32_t> const prompt = random_tokens(rng, prompt_tokens, llama3_8b.vocab);

@@ -226,6 +226,61 @@ void run_batched(Checker& checker, Device& model, std::vector<testing::GoldenPro
     for (int s = 0; s < count; ++s) model.release(s);
 }
 
+// Decode steps replayed as CUDA graphs give the logits of the same steps launched one kernel at
+// a time, within the reference tolerance (the graph path rounds the step's context bound up,
+// which may split the KV into other partitions), and the same greedy tokens; the graphs are
+// reused across steps of one launch shape.
+void test_cuda_graphs(Checker& checker, Device& model, testing::GoldenPrompt const& prompt) {
+    int const n = static_cast<int>(prompt.prompt.size());
+    constexpr int graph_steps = 12;
+    // Both runs are fed the plain run's tokens, so a near-tie cannot make them diverge.
+    std::vector<std::int32_t> fed_tokens;
+    auto const decode_run = [&](bool graphs) {
+        model.use_cuda_graphs(graphs);
+        std::vector<std::vector<float>> rows;
+        std::int32_t token = -1;
+        tinfer::cuda::DeviceChunk const prefill{0, 0, prompt.prompt};
+        std::vector<float> logits = poisoned(vocab);
+        model.forward(std::span(&prefill, 1), logits, std::span(&token, 1));
+        for (int i = 0; i < graph_steps; ++i) {
+            if (!graphs) fed_tokens.push_back(token);
+            std::int32_t const fed = fed_tokens[static_cast<std::size_t>(i)];
+            tinfer::cuda::DeviceChunk const decode{0, n + i, std::span(&fed, 1)};
+            std::fill(logits.begin(), logits.end(), std::numeric_limits<float>::quiet_NaN());
+            model.forward(std::span(&decode, 1), logits, std::span(&token, 1));
+            rows.push_back(logits);
+        }
+        model.release(0);
+        model.use_cuda_graphs(false);
+        return rows;
+    };
+    auto const plain = decode_run(false);
+    auto const graphed = decode_run(true);
+    double worst = 0;
+    bool same_tokens = true;
+    for (int i = 0; i < graph_steps; ++i) {
+        auto const& a = plain[static_cast<std::size_t>(i)];
+        auto const& b = graphed[static_cast<std::size_t>(i)];
+        worst = std::max(worst, max_scaled_error(b, a, reference_rtol * max_abs(a), 0.0));
+        // Either token may win where the top two are within both runs' error.
+        float top = -INFINITY, second = -INFINITY;
+        for (float x : a) {
+            if (x > top) {
+                second = top;
+                top = x;
+            } else if (x > second) {
+                second = x;
+            }
+        }
+        if (top - second > 2 * reference_rtol * max_abs(a))
+            same_tokens = same_tokens && argmax(a) == argmax(b);
+    }
+    checker.expect_within(worst, prompt.name + ": " + std::to_string(graph_steps) +
+                                     " decode steps as CUDA graphs vs launched one by one");
+    checker.expect(same_tokens,
+                   prompt.name + ": CUDA graph decode steps pick the same tokens (up to ties)");
+}
+
 void test_device_llama(Checker& checker, std::string const& path, bool real_model) {
     std::vector<testing::GoldenPrompt> const prompts = testing::load_golden_logits(
         std::filesystem::path(TINFER_TEST_DATA_DIR) / "reference" / "golden_logits.bin");
@@ -250,6 +305,7 @@ void test_device_llama(Checker& checker, std::string const& path, bool real_mode
     }
     checker.expect(model->block_tables().free_blocks() == model->block_tables().total_blocks(),
                    "every KV block back in the pool after release");
+    test_cuda_graphs(checker, *model, prompts.front());
     std::vector<testing::GoldenPrompt> const four(
         prompts.begin(), prompts.begin() + std::min<std::size_t>(4, prompts.size()));
     run_batched(checker, *model, four,

@@ -23,11 +23,14 @@
 //   logits <------------------ D2H ------
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <tinfer/core/error.hpp>
 #include <tinfer/kernels/cuda/check.cuh>
@@ -108,8 +111,20 @@ class DeviceForwardPass {
         return {.max_chunks = sizes_.max_chunks,
                 .max_rows = sizes_.max_rows,
                 .max_logit_rows = sizes_.max_logit_rows,
-                .vocab = Cfg.vocab};
+                .vocab = Cfg.vocab,
+                .context_granularity = graphs_ ? graph_context_granularity : 1};
     }
+
+    // Decode steps (every chunk one token) captured as CUDA graphs and replayed: one graph per
+    // launch shape (chunks, table stride, context bound), which plans made with limits() share
+    // for graph_context_granularity positions. Off by default. The plan's upload, the logits'
+    // download and the sampler stay outside the graph (host memory is pageable).
+    static constexpr int graph_context_granularity = 256;
+    void use_cuda_graphs(bool on) {
+        if (!on) release_graphs();
+        graphs_ = on;
+    }
+    bool uses_cuda_graphs() const { return graphs_; }
     std::size_t weight_bytes() const { return arena_.bytes(); }
     // Weight bytes one step reads: every tensor but the token embedding (a row per token),
     // unless the LM head is the embedding (tied). The numerator of a decode roofline.
@@ -158,10 +173,18 @@ class DeviceForwardPass {
                               .status = status_.get(),
                               .stream = stream,
                               .profile = profile_};
-        Ops ops(*activations_, step);
-        ops.embed(weights_);
-        model::run_decoder_stack<Cfg, Cfg>(ops, weights_.layers, 0, layers);
-        ops.logits(weights_);
+        auto const queue_layers = [&] {
+            Ops ops(*activations_, step);
+            ops.embed(weights_);
+            model::run_decoder_stack<Cfg, Cfg>(ops, weights_.layers, 0, layers);
+            ops.logits(weights_);
+        };
+        if (graphs_ && plan.decode_only && profile_ == nullptr) {
+            k::check(cudaGraphLaunch(graph_for(plan, layers, queue_layers), stream),
+                     "cudaGraphLaunch decode step");
+        } else {
+            queue_layers();
+        }
         if (!logits.empty())
             k::check(cudaMemcpyAsync(
                          logits.data(), activations_->logits.data(),
@@ -173,7 +196,42 @@ class DeviceForwardPass {
         status_.throw_if_failed(stream);
     }
 
+    ~DeviceForwardPass() { release_graphs(); }
+
   private:
+    // The graph of this launch shape, captured from `queue_layers` the first time.
+    template <class QueueLayers>
+    cudaGraphExec_t graph_for(DeviceStepPlan const& plan, int layers,
+                              QueueLayers const& queue_layers) {
+        GraphKey const key{plan.chunks,       plan.rows,        plan.logit_rows,
+                           plan.table_stride, plan.max_context, layers};
+        for (auto const& [known, exec] : graphs_by_shape_)
+            if (known == key) return exec;
+        cudaStream_t const stream = stream_.get();
+        namespace k = kernels::cuda;
+        k::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                 "cudaStreamBeginCapture decode step");
+        cudaGraph_t graph = nullptr;
+        try {
+            queue_layers();
+        } catch (...) {
+            (void)cudaStreamEndCapture(stream, &graph);  // ends the capture; the graph is dropped
+            if (graph != nullptr) (void)cudaGraphDestroy(graph);
+            throw;
+        }
+        k::check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture decode step");
+        cudaGraphExec_t exec = nullptr;
+        cudaError_t const instantiated = cudaGraphInstantiate(&exec, graph, 0);
+        (void)cudaGraphDestroy(graph);
+        k::check(instantiated, "cudaGraphInstantiate decode step");
+        graphs_by_shape_.emplace_back(key, exec);
+        return exec;
+    }
+    void release_graphs() noexcept {
+        for (auto const& [key, exec] : graphs_by_shape_) (void)cudaGraphExecDestroy(exec);
+        graphs_by_shape_.clear();
+    }
+
     static DeviceStepSizes checked(DeviceStepSizes s) {
         if (s.max_logit_rows == 0) s.max_logit_rows = s.max_chunks;
         if (s.max_context == 0) s.max_context = Cfg.max_context;
@@ -194,6 +252,11 @@ class DeviceForwardPass {
     kernels::cuda::DeviceBuffer<std::int32_t> plan_buffer_;  // DeviceStepPlan::packed
     kernels::cuda::DeviceStatus status_;  // what the attention kernels refused, per step
     StepProfile* profile_ = nullptr;
+    // Captured decode steps by launch shape: chunks, rows, logit rows, table stride, context
+    // bound, layers.
+    using GraphKey = std::array<int, 6>;
+    bool graphs_ = false;
+    std::vector<std::pair<GraphKey, cudaGraphExec_t>> graphs_by_shape_;
 };
 
 }  // namespace tinfer::cuda

@@ -113,6 +113,10 @@ struct StepLimits {
     int max_rows = 0;        // tokens per step, all chunks together
     int max_logit_rows = 0;  // rows of logits per step
     int vocab = 0;           // token ids must be below it
+    // max_context (and with it the table stride) rounded up to a multiple of this, at most the
+    // slots' size: decode steps of a batch then share their launch shapes for this many
+    // positions, so one captured CUDA graph serves them all (1: exact).
+    int context_granularity = 1;
 };
 
 // One step's integer arrays, packed back to back in `packed` (each array starts at a multiple of
@@ -225,6 +229,10 @@ DeviceStepPlan measure_step(std::span<DeviceChunk const> chunks, Tables const& t
                            std::to_string(limits.max_logit_rows));
     plan.rows = static_cast<int>(rows);
     plan.logit_rows = static_cast<int>(logit_rows);
+    if (limits.context_granularity > 1) {
+        int const g = limits.context_granularity;
+        plan.max_context = std::min((plan.max_context + g - 1) / g * g, tables.max_tokens());
+    }
     plan.table_stride = (plan.max_context + tables.block_size() - 1) / tables.block_size();
     for (DeviceChunk const& chunk : chunks)
         plan.writes.push_back({chunk.slot, chunk.first_position,
