@@ -165,7 +165,10 @@ printf '%-44s %s\n' \
     "end-to-end SmolLM2 decode tg128, batch 1" "$(value e2e_decode_b1_tps)" \
     "end-to-end SmolLM2 decode tg128, batch 64" "$(value e2e_decode_b64_tps)" \
     "end-to-end SmolLM2 prefill pp512" "$(value e2e_prefill_pp512_tps)" \
+    "  on tensor cores (bf16 prefill products)" "$(value e2e_prefill_pp512_tc_tps)" \
     "end-to-end SmolLM2 prefill 64 x 128" "$(value e2e_prefill_b64_tps)" \
+    "end-to-end Llama-3-8B shape Q4_0 prefill pp512" "$(value e2e_8b_prefill_pp512_tps)" \
+    "  on tensor cores (bf16 prefill products)" "$(value e2e_8b_prefill_pp512_tc_tps)" \
     "end-to-end Llama-3-8B shape Q4_0 decode, batch 1" "$(value e2e_8b_decode_b1_tps)" \
     "  of its weight-bandwidth roofline (target >= 50 %)" "$(value e2e_8b_decode_b1_of_roofline)" \
     "end-to-end Llama-3-8B shape Q4_0 decode, batch 64" "$(value e2e_8b_decode_b64_tps)" \

@@ -34,6 +34,8 @@
 #include <tinfer/model/cuda/device_llama.cuh>
 #include <tinfer/model/cuda/step_profile.cuh>
 
+#include <tinfer/kernels/cuda/tensor_core_gemm.cuh>
+
 #include <tinfer/gguf/gguf.hpp>
 #include <tinfer/gguf/synthetic_model.hpp>
 #include <tinfer/presets/presets.hpp>
@@ -103,6 +105,34 @@ GenerateTimes generate(Model& model, std::vector<std::vector<std::int32_t>> cons
     return times;
 }
 
+// pp512: one prompt of prefill_tokens in one step, the median of `repeats` after a warm-up.
+template <class Model>
+double pp512(Model& model, std::mt19937& rng, int vocab) {
+    std::vector<std::int32_t> const long_prompt = random_tokens(rng, prefill_tokens, vocab);
+    std::vector<double> prefill;
+    for (int r = 0; r <= repeats; ++r) {
+        tinfer::cuda::DeviceChunk const chunk{0, 0, long_prompt};
+        std::int32_t token = 0;
+        auto const start = std::chrono::steady_clock::now();
+        model.forward(std::span(&chunk, 1), {}, std::span(&token, 1));
+        if (r > 0) prefill.push_back(seconds_since(start));  // run 0 warms up
+        model.release(0);
+    }
+    return prefill_tokens / median(prefill);
+}
+
+// pp512 with the prefill products on tensor cores (kernels::cuda::CublasBf16Gemm).
+template <ModelConfig Cfg, class Model>
+double pp512_on_tensor_cores(Model& model, std::mt19937& rng) {
+    kernels::cuda::CublasBf16Gemm gemm(
+        static_cast<std::size_t>(std::max(Cfg.vocab, Cfg.ffn)) * Cfg.hidden,
+        model.options().max_step_tokens, std::max({Cfg.hidden, Cfg.ffn, Cfg.q_width()}));
+    model.set_prefill_gemm(&gemm);
+    double const tps = pp512(model, rng, Cfg.vocab);
+    model.set_prefill_gemm(nullptr);
+    return tps;
+}
+
 // The tg runs again with decode steps replayed as CUDA graphs (DeviceLlama::use_cuda_graphs):
 // "<prefix>_b<B>_graphs_tps". A failure there is reported and fails the benchmark.
 template <class Model>
@@ -138,20 +168,13 @@ void bench(gguf::File const& file) {
                 static_cast<double>(model->kv_bytes()) / (1 << 20));
     std::mt19937 rng(20241130);
 
-    // pp512.
-    std::vector<std::int32_t> const long_prompt = random_tokens(rng, prefill_tokens);
-    std::vector<double> prefill;
-    for (int r = 0; r <= repeats; ++r) {
-        tinfer::cuda::DeviceChunk const chunk{0, 0, long_prompt};
-        std::int32_t token = 0;
-        auto const start = std::chrono::steady_clock::now();
-        model->forward(std::span(&chunk, 1), {}, std::span(&token, 1));
-        if (r > 0) prefill.push_back(seconds_since(start));  // run 0 warms up
-        model->release(0);
-    }
-    double const pp = prefill_tokens / median(prefill);
+    // pp512, float32 kernels then tensor cores.
+    double const pp = pp512(*model, rng, smollm2.vocab);
     std::printf("pp%d: %.0f tokens/s\n", prefill_tokens, pp);
     result("e2e_prefill_pp512_tps", pp, "tokens/s");
+    double const pp_tc = pp512_on_tensor_cores<smollm2>(*model, rng);
+    std::printf("pp%d on tensor cores (bf16): %.0f tokens/s\n", prefill_tokens, pp_tc);
+    result("e2e_prefill_pp512_tc_tps", pp_tc, "tokens/s");
 
     for (int const batch : {1, max_batch}) {
         std::vector<std::vector<std::int32_t>> prompts;
@@ -229,6 +252,12 @@ void bench_llama3_8b() {
     std::printf("streams %.2f GB of weights per step; D2D copy %.0f GB/s: roofline %.0f tokens/s\n",
                 streamed / 1e9, bandwidth, roofline);
     std::mt19937 rng(20261204);
+    double const pp = pp512(*model, rng, llama3_8b.vocab);
+    double const pp_tc = pp512_on_tensor_cores<llama3_8b>(*model, rng);
+    std::printf("Llama-3-8B shape: pp%d %.0f tokens/s, on tensor cores (bf16) %.0f tokens/s\n",
+                prefill_tokens, pp, pp_tc);
+    result("e2e_8b_prefill_pp512_tps", pp, "tokens/s");
+    result("e2e_8b_prefill_pp512_tc_tps", pp_tc, "tokens/s");
     for (int const batch : {1, max_batch}) {
         std::vector<std::vector<std::int32_t>> prompts;
         for (int s = 0; s < batch; ++s)

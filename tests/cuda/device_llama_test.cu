@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <span>
@@ -25,6 +26,8 @@
 
 // First: it includes model/weights.hpp with an nvcc warning silenced (device_llama.cuh says why).
 #include <tinfer/model/cuda/device_llama.cuh>
+
+#include <tinfer/kernels/cuda/tensor_core_gemm.cuh>
 
 #include <tinfer/gguf/gguf.hpp>
 #include <tinfer/gguf/synthetic_model.hpp>
@@ -281,6 +284,44 @@ void test_cuda_graphs(Checker& checker, Device& model, testing::GoldenPrompt con
                    prompt.name + ": CUDA graph decode steps pick the same tokens (up to ties)");
 }
 
+// Prefill products on tensor cores (kernels::cuda::CublasBf16Gemm: weights and inputs rounded to
+// bf16, float32 accumulation) against the float32 kernels, every position's logits. Tolerance:
+// bf16 keeps 8 significant bits, so each operand is off by up to 2^-9 relative and each product
+// of n terms by about 2^-8 of its output's scale (random signs); the ~7 products of each of 30
+// layers add into the residual stream as a random walk, sqrt(210) * 2^-8 ~ 5.7e-2 of the logit
+// scale, hence 6e-2 of the largest |logit|. The greedy token of the last position must agree
+// where the float32 top two are further apart than that.
+constexpr double bf16_rtol = 6e-2;
+
+void test_tensor_core_prefill(Checker& checker, Device& model, testing::GoldenPrompt const& prompt,
+                              std::vector<float> const& float32_logits) {
+    int const n = static_cast<int>(prompt.prompt.size());
+    kernels::cuda::CublasBf16Gemm gemm(
+        static_cast<std::size_t>(std::max(smollm2.vocab, smollm2.ffn)) * smollm2.hidden,
+        model.options().max_step_tokens,
+        std::max({smollm2.hidden, smollm2.ffn, smollm2.q_width()}));
+    model.set_prefill_gemm(&gemm);
+    std::vector<float> logits = poisoned(static_cast<std::size_t>(n) * vocab);
+    tinfer::cuda::DeviceChunk const prefill{0, 0, prompt.prompt, true};
+    model.forward(std::span(&prefill, 1), logits);
+    model.set_prefill_gemm(nullptr);
+    model.release(0);
+    double worst = 0;
+    for (int i = 0; i < n; ++i) {
+        std::span<float const> const want = row(float32_logits, static_cast<std::size_t>(i));
+        worst = std::max(worst, max_scaled_error(row(logits, static_cast<std::size_t>(i)), want,
+                                                 bf16_rtol * max_abs(want), 0.0));
+    }
+    checker.expect_within(worst, prompt.name + ": prefill on tensor cores (bf16) vs float32, " +
+                                     std::to_string(n) + " positions");
+    std::span<float const> const last = row(float32_logits, static_cast<std::size_t>(n - 1));
+    std::vector<float> sorted(last.begin(), last.end());
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+    if (sorted[0] - sorted[1] > 2 * bf16_rtol * max_abs(last))
+        checker.expect(argmax(row(logits, static_cast<std::size_t>(n - 1))) == argmax(last),
+                       prompt.name + ": tensor-core prefill picks the float32 token");
+}
+
 void test_device_llama(Checker& checker, std::string const& path, bool real_model) {
     std::vector<testing::GoldenPrompt> const prompts = testing::load_golden_logits(
         std::filesystem::path(TINFER_TEST_DATA_DIR) / "reference" / "golden_logits.bin");
@@ -306,6 +347,14 @@ void test_device_llama(Checker& checker, std::string const& path, bool real_mode
     checker.expect(model->block_tables().free_blocks() == model->block_tables().total_blocks(),
                    "every KV block back in the pool after release");
     test_cuda_graphs(checker, *model, prompts.front());
+    {
+        testing::GoldenPrompt const& prompt = prompts.front();
+        std::vector<float> float32 = poisoned(prompt.prompt.size() * vocab);
+        tinfer::cuda::DeviceChunk const prefill{0, 0, prompt.prompt, true};
+        model->forward(std::span(&prefill, 1), float32);
+        model->release(0);
+        test_tensor_core_prefill(checker, *model, prompt, float32);
+    }
     std::vector<testing::GoldenPrompt> const four(
         prompts.begin(), prompts.begin() + std::min<std::size_t>(4, prompts.size()));
     run_batched(checker, *model, four,

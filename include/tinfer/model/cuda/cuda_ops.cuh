@@ -67,6 +67,17 @@ void linear_any(kernels::WeightMatrix const& w, float const* x, int rows, float*
         w.type, [&]<DType W>() { kernels::cuda::linear<W, In>(w, x, rows, y, stream); });
 }
 
+// Another way to run a prefill step's matrix products (more rows than the weight-streaming
+// kernel takes), e.g. kernels::cuda::CublasBf16Gemm on tensor cores: y [rows][w.rows] =
+// x [rows][w.cols] . W^T on `stream`. A virtual call per product (a few hundred per step), so
+// the forward pass depends on no library until a program hands it one.
+class PrefillGemm {
+  public:
+    virtual ~PrefillGemm() = default;
+    virtual void run(kernels::WeightMatrix const& w, float const* x, int rows, float* y,
+                     cudaStream_t stream) = 0;
+};
+
 // Sizes of a device step, and so of every buffer the forward pass allocates up front.
 struct DeviceStepSizes {
     int max_chunks = 64;     // sequences per step
@@ -113,7 +124,8 @@ struct DeviceStep {
     std::byte* kv_pool = nullptr;
     kernels::cuda::KernelStatus* status = nullptr;
     cudaStream_t stream = nullptr;
-    StepProfile* profile = nullptr;  // when set, an event after each op (step_profile.cuh)
+    StepProfile* profile = nullptr;       // when set, an event after each op (step_profile.cuh)
+    PrefillGemm* prefill_gemm = nullptr;  // when set, products of more than 8 rows
 };
 
 // KvLayout: a kv::PagedKvCache type whose byte layout the pool has (its codecs are the K and V
@@ -160,9 +172,9 @@ class CudaOps {
     }
 
     void project_qkv(model::LayerWeights const& w) {
-        linear_any<Cfg.hidden>(w.q, a_.normed.data(), rows_, a_.q.data(), step_.stream);
-        linear_any<Cfg.hidden>(w.k, a_.normed.data(), rows_, a_.k.data(), step_.stream);
-        linear_any<Cfg.hidden>(w.v, a_.normed.data(), rows_, a_.v.data(), step_.stream);
+        linear<Cfg.hidden>(w.q, a_.normed.data(), rows_, a_.q.data(), step_.stream);
+        linear<Cfg.hidden>(w.k, a_.normed.data(), rows_, a_.k.data(), step_.stream);
+        linear<Cfg.hidden>(w.v, a_.normed.data(), rows_, a_.v.data(), step_.stream);
         mark("q, k, v projections");
     }
 
@@ -244,13 +256,13 @@ class CudaOps {
         float* const projected = a_.projected.data();
         switch (input) {
             case model::Activations::normed:
-                linear_any<Cfg.hidden>(w, a_.normed.data(), rows_, projected, step_.stream);
+                linear<Cfg.hidden>(w, a_.normed.data(), rows_, projected, step_.stream);
                 break;
             case model::Activations::attended:
-                linear_any<Cfg.q_width()>(w, a_.attended.data(), rows_, projected, step_.stream);
+                linear<Cfg.q_width()>(w, a_.attended.data(), rows_, projected, step_.stream);
                 break;
             case model::Activations::ffn_hidden:
-                linear_any<Cfg.ffn>(w, a_.gate.data(), rows_, projected, step_.stream);
+                linear<Cfg.ffn>(w, a_.gate.data(), rows_, projected, step_.stream);
                 break;
         }
         if constexpr (Plan::post_norms) {
@@ -268,8 +280,8 @@ class CudaOps {
     // gate = act(normed . G^T) * (normed . U^T).
     template <class Plan>
     void gated_ffn(kernels::WeightMatrix const& gate, kernels::WeightMatrix const& up) {
-        linear_any<Cfg.hidden>(gate, a_.normed.data(), rows_, a_.gate.data(), step_.stream);
-        linear_any<Cfg.hidden>(up, a_.normed.data(), rows_, a_.up.data(), step_.stream);
+        linear<Cfg.hidden>(gate, a_.normed.data(), rows_, a_.gate.data(), step_.stream);
+        linear<Cfg.hidden>(up, a_.normed.data(), rows_, a_.up.data(), step_.stream);
         kernels::cuda::gated_activation<Plan::activation>(
             a_.gate.data(), a_.up.data(), elements(Cfg.ffn), a_.gate.data(), step_.stream);
         mark("ffn gate, up, activation");
@@ -283,8 +295,8 @@ class CudaOps {
                                    plan.logit_rows, rows_, a_.projected.data(), step_.stream);
         k::rmsnorm<Cfg.hidden>(a_.projected.data(), weights.output_norm.data(), norm_eps,
                                plan.logit_rows, a_.normed.data(), step_.stream);
-        linear_any<Cfg.hidden>(weights.output, a_.normed.data(), plan.logit_rows, a_.logits.data(),
-                               step_.stream);
+        linear<Cfg.hidden>(weights.output, a_.normed.data(), plan.logit_rows, a_.logits.data(),
+                           step_.stream);
         if constexpr (Cfg.arch.final_logit_softcap > 0) {
             k::soft_cap(a_.logits.data(), static_cast<float>(Cfg.arch.final_logit_softcap),
                         static_cast<std::size_t>(plan.logit_rows) * Cfg.vocab, step_.stream);
@@ -293,6 +305,17 @@ class CudaOps {
     }
 
   private:
+    // y = x . W^T for the step's rows: the weight-streaming or tiled kernel of W's type, or the
+    // program's PrefillGemm for a step of more rows than the streaming kernel takes.
+    template <int In>
+    void linear(kernels::WeightMatrix const& w, float const* x, int rows, float* y,
+                cudaStream_t stream) {
+        if (step_.prefill_gemm != nullptr && rows > kernels::cuda::LinearDecodeShape::max_tokens) {
+            step_.prefill_gemm->run(w, x, rows, y, stream);
+        } else {
+            linear_any<In>(w, x, rows, y, stream);
+        }
+    }
     void mark(char const* part) {
         if (step_.profile != nullptr) step_.profile->mark(part, step_.stream);
     }

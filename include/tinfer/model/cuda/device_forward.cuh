@@ -136,6 +136,10 @@ class DeviceForwardPass {
     }
     // Events after each op of the following steps, for a time breakdown (nullptr: none).
     void set_profile(StepProfile* profile) { profile_ = profile; }
+    // Prefill products (steps of more than 8 rows) through `gemm`, e.g. a
+    // kernels::cuda::CublasBf16Gemm on tensor cores (nullptr: the float32 kernels). It must
+    // outlive its use and hold the model's largest matrix and widest input at reserve()'s rows.
+    void set_prefill_gemm(PrefillGemm* gemm) { prefill_gemm_ = gemm; }
     cudaStream_t stream() const { return stream_.get(); }
     // logits of the last step, [plan.logit_rows][vocab] (device memory).
     float const* device_logits() const { return activations_->logits.data(); }
@@ -172,7 +176,8 @@ class DeviceForwardPass {
                               .kv_pool = kv_pool,
                               .status = status_.get(),
                               .stream = stream,
-                              .profile = profile_};
+                              .profile = profile_,
+                              .prefill_gemm = prefill_gemm_};
         auto const queue_layers = [&] {
             Ops ops(*activations_, step);
             ops.embed(weights_);
@@ -252,6 +257,7 @@ class DeviceForwardPass {
     kernels::cuda::DeviceBuffer<std::int32_t> plan_buffer_;  // DeviceStepPlan::packed
     kernels::cuda::DeviceStatus status_;  // what the attention kernels refused, per step
     StepProfile* profile_ = nullptr;
+    PrefillGemm* prefill_gemm_ = nullptr;
     // Captured decode steps by launch shape: chunks, rows, logit rows, table stride, context
     // bound, layers.
     using GraphKey = std::array<int, 6>;

@@ -81,6 +81,8 @@ class DeviceLlama {
     std::size_t weight_bytes() const { return pass_.weight_bytes(); }
     std::size_t streamed_weight_bytes() const { return pass_.streamed_weight_bytes(); }
     void set_profile(StepProfile* profile) { pass_.set_profile(profile); }
+    // Prefill products through `gemm` (DeviceForwardPass::set_prefill_gemm); nullptr: float32.
+    void set_prefill_gemm(PrefillGemm* gemm) { pass_.set_prefill_gemm(gemm); }
     // Decode steps replayed as CUDA graphs (DeviceForwardPass::use_cuda_graphs); off by default.
     void use_cuda_graphs(bool on) { pass_.use_cuda_graphs(on); }
     std::size_t kv_bytes() const { return kv_pool_.bytes(); }
