@@ -31,6 +31,9 @@ using tinfer::kv::HostBlocks;
 
 namespace {
 
+using testing::storage_shapes::hybrid;
+using testing::storage_shapes::tiny;
+
 std::vector<std::byte> random_bytes(std::mt19937_64& rng, std::size_t n) {
     std::vector<std::byte> out(n);
     for (auto& b : out) b = static_cast<std::byte>(rng() & 0xff);
@@ -128,28 +131,6 @@ void test_batches(Checker& checker, std::mt19937_64& rng, cudaStream_t stream) {
     checker.expect(refused && same_bytes(host, device),
                    "a copy past the storage is refused and nothing is copied");
 }
-
-constexpr ModelConfig tiny{.layers = 2,
-                           .hidden = 16,
-                           .heads = 4,
-                           .kv_heads = 2,
-                           .head_dim = 4,
-                           .ffn = 8,
-                           .vocab = 8,
-                           .max_context = 96,
-                           .weights = DType::f32};
-// Layers 0, 1, 3, 4 slide over 8 tokens, 2 and 5 attend globally: three groups of two layers.
-constexpr ModelConfig hybrid{.layers = 6,
-                             .hidden = 32,
-                             .heads = 2,
-                             .kv_heads = 1,
-                             .head_dim = 16,
-                             .ffn = 32,
-                             .vocab = 8,
-                             .max_context = 96,
-                             .weights = DType::f32,
-                             .sliding_window = 8,
-                             .arch = {.global_every = 3}};
 
 template <ModelConfig Cfg, int BlockSize, class KCodec, class VCodec>
 void test_cache(Checker& checker, std::uint64_t seed, int pool_blocks, int operations,

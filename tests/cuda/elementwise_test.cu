@@ -282,7 +282,7 @@ void test_earlier_errors_are_named_earlier(Checker& checker) {
     }
     checker.expect(code == cudaErrorInvalidConfiguration &&
                        message.find("an earlier CUDA call or kernel failed") != std::string::npos &&
-                       message.find("before launching swiglu_kernel") != std::string::npos,
+                       message.find("before launching gated_activation_kernel") != std::string::npos,
                    "an error pending before a launch is named earlier: '" + message + "'");
     // The pending error was consumed with the report: the next launch runs.
     kernels::cuda::swiglu(buffer.data(), buffer.data(), buffer.size(), buffer.data());

@@ -25,6 +25,9 @@ using namespace tinfer::kv;
 
 namespace {
 
+using testing::storage_shapes::hybrid;
+using testing::storage_shapes::tiny;
+
 // Block storage the host cannot address: the bytes live in a private vector, data() is null (a
 // dereference would crash), and a batch of copies is applied all at once (every source read
 // into a staging buffer before any target is written), as a GPU applies it. A batch that breaks
@@ -110,29 +113,6 @@ class SeparateHostBlocks {
     std::vector<std::byte> bytes_;
 };
 static_assert(BlockStorage<SeparateHostBlocks>);
-
-constexpr ModelConfig tiny{.layers = 2,
-                           .hidden = 16,
-                           .heads = 4,
-                           .kv_heads = 2,
-                           .head_dim = 4,
-                           .ffn = 8,
-                           .vocab = 8,
-                           .max_context = 96,
-                           .weights = DType::f32};
-
-// Layers 0, 1, 3, 4 slide over 8 tokens, 2 and 5 attend globally: three groups of two layers.
-constexpr ModelConfig hybrid{.layers = 6,
-                             .hidden = 32,
-                             .heads = 2,
-                             .kv_heads = 1,
-                             .head_dim = 16,
-                             .ffn = 32,
-                             .vocab = 8,
-                             .max_context = 96,
-                             .weights = DType::f32,
-                             .sliding_window = 8,
-                             .arch = {.global_every = 3}};
 
 template <ModelConfig Cfg, int BlockSize, class KCodec, class VCodec>
 void run_equivalence(std::uint64_t seed, int pool_blocks, int operations) {

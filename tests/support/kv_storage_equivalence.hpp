@@ -26,6 +26,32 @@
 
 namespace tinfer::testing {
 
+// The shapes both storage tests drive (kv_block_storage_test on the CPU, cuda_device_blocks_test
+// on a GPU): one layer group, and three of two layers each.
+namespace storage_shapes {
+inline constexpr ModelConfig tiny{.layers = 2,
+                                  .hidden = 16,
+                                  .heads = 4,
+                                  .kv_heads = 2,
+                                  .head_dim = 4,
+                                  .ffn = 8,
+                                  .vocab = 8,
+                                  .max_context = 96,
+                                  .weights = DType::f32};
+// Layers 0, 1, 3, 4 slide over 8 tokens, 2 and 5 attend globally: three groups of two layers.
+inline constexpr ModelConfig hybrid{.layers = 6,
+                                    .hidden = 32,
+                                    .heads = 2,
+                                    .kv_heads = 1,
+                                    .head_dim = 16,
+                                    .ffn = 32,
+                                    .vocab = 8,
+                                    .max_context = 96,
+                                    .weights = DType::f32,
+                                    .sliding_window = 8,
+                                    .arch = {.global_every = 3}};
+}  // namespace storage_shapes
+
 // How often the paths that matter ran; a run that missed one proves nothing about it.
 struct StorageCoverage {
     int prefix_hits = 0;

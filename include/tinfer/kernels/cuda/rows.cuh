@@ -58,66 +58,58 @@ void gather_rows(float const* x, int const* rows, int count, int source_rows, fl
     check_launch("gather_rows_kernel");
 }
 
-// Elementwise kernels over a whole activation block, grid-stride: enough blocks to fill the
-// device, not one per element.
-inline int elementwise_blocks(std::int64_t elements) {
-    constexpr std::int64_t max_blocks = 4096;
-    std::int64_t const wanted = ceil_div<std::int64_t>(elements, row_op_threads);
-    return static_cast<int>(wanted < max_blocks ? wanted : max_blocks);
-}
-
+// x[i] = op(i, x[i]) over a whole activation block, grid-stride (enough blocks to fill the
+// device, not one per element): the architecture parts' elementwise steps, each an Op below.
+template <class Op>
 __global__ void __launch_bounds__(row_op_threads)
-    add_row_bias_kernel(float* x, float const* __restrict__ bias, int width,
-                        std::int64_t elements) {
+    map_in_place_kernel(float* x, std::int64_t elements, Op op) {
     std::int64_t const stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
     for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
          i < elements; i += stride)
-        x[i] += bias[i % width];
+        x[i] = op(i, x[i]);
 }
+
+template <class Op>
+void map_in_place(float* x, std::int64_t elements, Op op, char const* kernel, cudaStream_t stream) {
+    if (elements <= 0) return;
+    constexpr std::int64_t max_blocks = 4096;
+    std::int64_t const wanted = ceil_div<std::int64_t>(elements, row_op_threads);
+    int const blocks = static_cast<int>(wanted < max_blocks ? wanted : max_blocks);
+    check_before_launch(kernel);
+    map_in_place_kernel<<<blocks, row_op_threads, 0, stream>>>(x, elements, op);
+    check_launch(kernel);
+}
+
+// One exact rounding each (an addition, a product), as on the host.
+struct AddRowBias {
+    float const* bias;
+    int width;
+    __device__ float operator()(std::int64_t i, float v) const { return v + bias[i % width]; }
+};
+struct Scale {
+    float factor;
+    __device__ float operator()(std::int64_t, float v) const { return v * factor; }
+};
+struct SoftCap {
+    float cap;
+    __device__ float operator()(std::int64_t, float v) const { return cap * tanhf(v / cap); }
+};
 
 // x [rows][width] += bias [width] on every row (Qwen2's Q, K and V biases).
 inline void add_row_bias(float* x, float const* bias, int rows, int width,
                          cudaStream_t stream = nullptr) {
-    auto const elements = static_cast<std::int64_t>(rows) * width;
-    if (elements <= 0) return;
-    check_before_launch("add_row_bias_kernel");
-    add_row_bias_kernel<<<elementwise_blocks(elements), row_op_threads, 0, stream>>>(x, bias, width,
-                                                                                     elements);
-    check_launch("add_row_bias_kernel");
-}
-
-__global__ void __launch_bounds__(row_op_threads)
-    scale_kernel(float* x, float factor, std::int64_t elements) {
-    std::int64_t const stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-    for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-         i < elements; i += stride)
-        x[i] *= factor;
+    map_in_place(x, static_cast<std::int64_t>(rows) * width, AddRowBias{bias, width},
+                 "add_row_bias", stream);
 }
 
 // x[i] *= factor for n floats (Gemma's embedding scale).
 inline void scale_in_place(float* x, float factor, std::size_t n, cudaStream_t stream = nullptr) {
-    auto const elements = static_cast<std::int64_t>(n);
-    if (elements <= 0) return;
-    check_before_launch("scale_kernel");
-    scale_kernel<<<elementwise_blocks(elements), row_op_threads, 0, stream>>>(x, factor, elements);
-    check_launch("scale_kernel");
-}
-
-__global__ void __launch_bounds__(row_op_threads)
-    soft_cap_kernel(float* x, float cap, std::int64_t elements) {
-    std::int64_t const stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-    for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-         i < elements; i += stride)
-        x[i] = cap * tanhf(x[i] / cap);
+    map_in_place(x, static_cast<std::int64_t>(n), Scale{factor}, "scale_in_place", stream);
 }
 
 // x[i] = cap * tanh(x[i] / cap) for n floats (final logit soft-capping), as the host's.
 inline void soft_cap(float* x, float cap, std::size_t n, cudaStream_t stream = nullptr) {
-    auto const elements = static_cast<std::int64_t>(n);
-    if (elements <= 0) return;
-    check_before_launch("soft_cap_kernel");
-    soft_cap_kernel<<<elementwise_blocks(elements), row_op_threads, 0, stream>>>(x, cap, elements);
-    check_launch("soft_cap_kernel");
+    map_in_place(x, static_cast<std::int64_t>(n), SoftCap{cap}, "soft_cap", stream);
 }
 
 }  // namespace tinfer::kernels::cuda

@@ -18,31 +18,6 @@ __device__ inline float silu(float x) {
     return x / (1.0f + expf(-x));
 }
 
-__global__ void __launch_bounds__(swiglu_threads)
-    swiglu_kernel(float const* gate, float const* up, float* out, std::int64_t elements) {
-    // out may be gate or up (the device model gates in place): no __restrict__, which would
-    // promise the compiler they never overlap. DeviceElement i is read before it is written, by the
-    // same thread.
-    std::int64_t const stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-    for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-         i < elements; i += stride)
-        out[i] = silu(gate[i]) * up[i];
-}
-
-// gate, up, out: n floats each; out may alias gate or up. As kernels::swiglu.
-inline void swiglu(float const* gate, float const* up, std::size_t n, float* out,
-                   cudaStream_t stream = nullptr) {
-    auto const elements = static_cast<std::int64_t>(n);
-    if (elements <= 0) return;
-    // A grid-stride loop: enough blocks to fill the device, not one per element.
-    constexpr std::int64_t max_blocks = 4096;
-    std::int64_t const wanted = ceil_div<std::int64_t>(elements, swiglu_threads);
-    int const blocks = static_cast<int>(wanted < max_blocks ? wanted : max_blocks);
-    check_before_launch("swiglu_kernel");
-    swiglu_kernel<<<blocks, swiglu_threads, 0, stream>>>(gate, up, out, elements);
-    check_launch("swiglu_kernel");
-}
-
 // kernels::gelu_tanh's formula: tanh(u) as (1 - e) / (1 + e) with e = 2^(-2 log2(e) |u|), the
 // sign restored (exp2f for the host's polynomial 2^x: both within about one float ulp).
 __device__ inline float gelu_tanh(float x) {
@@ -59,7 +34,8 @@ __device__ inline float gelu_tanh(float x) {
 template <GatedActivation Activation>
 __global__ void __launch_bounds__(swiglu_threads)
     gated_activation_kernel(float const* gate, float const* up, float* out, std::int64_t elements) {
-    // out may alias gate or up, as in swiglu_kernel: no __restrict__.
+    // out may be gate or up (the device layer gates in place): no __restrict__, which would
+    // promise the compiler they never overlap. Element i is read before the same thread writes it.
     std::int64_t const stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
     for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
          i < elements; i += stride) {
@@ -85,6 +61,12 @@ void gated_activation(float const* gate, float const* up, std::size_t n, float* 
     gated_activation_kernel<Activation>
         <<<blocks, swiglu_threads, 0, stream>>>(gate, up, out, elements);
     check_launch("gated_activation_kernel");
+}
+
+// SwiGLU's gate: out = silu(gate) * up for n floats; out may alias gate or up.
+inline void swiglu(float const* gate, float const* up, std::size_t n, float* out,
+                   cudaStream_t stream = nullptr) {
+    gated_activation<GatedActivation::silu>(gate, up, n, out, stream);
 }
 
 }  // namespace tinfer::kernels::cuda
