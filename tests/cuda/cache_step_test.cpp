@@ -4,8 +4,11 @@
 //    kernels run, the plan's block table is the copy's, the other owner keeps the original
 //    bytes; a position counts as written only after commit_cache_step;
 //  - several chunks lay out as the kernels read them (positions, chunk of each row, logit rows);
-//  - a step the cache cannot take is refused with RequestError and changes nothing: positions
-//    not reserved, token eviction's slots apart from positions, attention scores, a dead slot.
+//  - after token eviction a chunk's K and V go to its cache slots while RoPE turns it by its
+//    positions, and attention covers the slots;
+//  - a step the cache cannot take is refused with RequestError and changes nothing: slots not
+//    reserved, a gap after the cached slots, attention scores, a dead slot, a token outside
+//    the vocabulary.
 #include <cstddef>
 #include <cstdint>
 #include <random>
@@ -138,6 +141,32 @@ BOOST_AUTO_TEST_CASE(chunks_lay_out_as_the_kernels_read_them) {
     BOOST_TEST(cache.tokens(b) == 3);
 }
 
+BOOST_AUTO_TEST_CASE(after_eviction_rows_go_to_their_cache_slots_turned_by_their_positions) {
+    Cache cache(Cache::bytes_per_block * 16);
+    int const seq = cache.admit(64);
+    BOOST_REQUIRE(cache.reserve(seq, 12));
+    fill(cache, seq, 12, 4);
+    // Keep slots 0, 1 (sinks) and 8..11 (recent): six slots now hold positions 0, 1, 8..11.
+    std::vector<int> const kept = {0, 1, 8, 9, 10, 11};
+    cache.retain_slots(seq, kept);
+    BOOST_REQUIRE(cache.tokens(seq) == 6);
+    BOOST_REQUIRE(cache.reserve(seq, 8));
+    std::vector<std::int32_t> const two = {5, 6};
+    SequenceChunk const chunk{
+        .slot = seq, .first_position = 12, .tokens = two, .first_cache_slot = 6};
+    std::vector<tc::DeviceChunk> scratch;
+    tc::DeviceStepPlan const plan =
+        tc::plan_cache_step(std::span(&chunk, 1), cache, limits, scratch);
+    BOOST_TEST(plan.packed[plan.positions] == 12);  // RoPE: the tokens' own positions
+    BOOST_TEST(plan.packed[plan.positions + 1] == 13);
+    BOOST_TEST(plan.packed[plan.cache_slots] == 6);  // K and V: the next free slots
+    BOOST_TEST(plan.packed[plan.cache_slots + 1] == 7);
+    BOOST_TEST(plan.packed[plan.context_lengths] == 8);  // attention over the 8 slots held
+    BOOST_TEST(plan.max_context == 8);
+    tc::commit_cache_step(plan, cache);
+    BOOST_TEST(cache.tokens(seq) == 8);
+}
+
 BOOST_AUTO_TEST_CASE(a_step_the_cache_cannot_take_is_refused_and_changes_nothing) {
     Cache cache(Cache::bytes_per_block * 16);
     int const parent = cache.admit(32);
@@ -159,14 +188,14 @@ BOOST_AUTO_TEST_CASE(a_step_the_cache_cannot_take_is_refused_and_changes_nothing
     // Positions 5..7: 7 is past the reservation (6), and 5 is in a shared block.
     refused({.slot = child, .first_position = 5, .tokens = tokens});
     refused({.slot = child,
-             .first_position = 4,
-             .tokens = std::span(tokens).first(1),
-             .first_cache_slot = 3});
-    refused({.slot = child,
              .first_position = 5,
              .tokens = std::span(tokens).first(1),
              .attention_scores = scores});
     refused({.slot = 7, .first_position = 0, .tokens = tokens});
+    refused({.slot = child,
+             .first_position = 9,
+             .tokens = std::span(tokens).first(1),
+             .first_cache_slot = 7});  // slot 6 was never written: a gap
     std::vector<std::int32_t> const outside = {tiny.vocab};
     refused({.slot = child, .first_position = 5, .tokens = outside});
 }

@@ -14,6 +14,8 @@
 //  - the swapping device engine gives the same tokens as a device engine with room for all
 //    (up to the same near-ties): the blocks come back as they left;
 //  - the device cache ends with every block free, as the host's does;
+//  - under token eviction (attention sinks + a recent window) the device engine's tokens equal
+//    the host engine's up to near-ties: the cache compacts device bytes, RoPE keeps positions;
 //  - what the CUDA backend cannot do is refused with an error, not run wrongly: int8
 //    activations (tinfer::Error at construction).
 // Exits 77 (skipped) without a GPU, fails where the machine shows one CUDA cannot use.
@@ -205,6 +207,15 @@ void run_shape(char const* name, gguf::TensorType layer_matrices) {
     Results const swapped = serve(swapping, requests);
     compare(on_device, swapped, on_host, tie, std::string(name) + " swapping device vs device");
     std::printf("%s: host-margin tie threshold %.3g\n", name, tie);
+
+    using HostEvicting = Engine<model::Llama<Cfg>, EvictingScheduler, Host, EngineKv>;
+    using DeviceEvicting = Engine<model::Llama<Cfg>, EvictingScheduler, Cuda, EngineKv>;
+    HostEvicting host_evicting(gguf::File::from_bytes(bytes), roomy);
+    Results const evicted_on_host = serve(host_evicting, requests);
+    DeviceEvicting device_evicting(gguf::File::from_bytes(bytes), roomy);
+    Results const evicted_on_device = serve(device_evicting, requests);
+    compare(evicted_on_host, evicted_on_device, evicted_on_host, tie,
+            std::string(name) + " evicting device vs evicting host");
 
     EngineOptions int8 = roomy;
     int8.int8_activations = true;

@@ -42,5 +42,11 @@ inline constexpr ModelConfig engine_parts = [] {
 using EngineKv = PagedKv<16>;
 using EngineScheduler = sched::Scheduler<sched::ContinuousBatching<8, 512>, sched::WholePrompt,
                                          sched::PreemptBySwap, sched::Fcfs>;
+// Token eviction: 4 attention sinks and the 60 most recent slots, so the longer requests are
+// compacted every step (the cache's retain_slots moving device bytes; RoPE positions and cache
+// slots apart in the device plan).
+using EvictingScheduler =
+    sched::Scheduler<sched::ContinuousBatching<8, 512>, sched::WholePrompt, sched::PreemptBySwap,
+                     sched::Fcfs, sched::AttentionSinks<4, 60>>;
 
 }  // namespace tinfer::cuda_testing

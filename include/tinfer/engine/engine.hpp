@@ -135,9 +135,10 @@ class Engine {
     using Eviction = typename Scheduler::eviction_policy;
     using KvParts = KvLifecycle<Cache, Eviction>;
     static constexpr bool evicts = KvParts::evicts;
-    static_assert(std::same_as<Backend, Host> || !evicts,
-                  "Engine<..., Cuda>: token eviction (attention sinks, H2O) is not implemented on "
-                  "the CUDA backend yet: the device kernels address a cache slot by its position");
+    static_assert(std::same_as<Backend, Host> || !Eviction::needs_attention_scores,
+                  "Engine<..., Cuda>: an eviction policy that reads attention scores (H2O) is not "
+                  "implemented on the CUDA backend yet: the device attention does not compute "
+                  "them (sliding-window and attention-sink eviction run there)");
     // Every rank of a tensor-parallel model must make the same eviction choices, and attention
     // scores are per rank (of its own heads).
     static_assert(Parallel::degree == 1 || !Eviction::needs_attention_scores,

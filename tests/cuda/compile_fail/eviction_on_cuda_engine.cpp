@@ -1,5 +1,6 @@
-// Token eviction addresses cache slots apart from positions, which the device kernels do not:
-// an Engine on the CUDA backend with an eviction policy is refused at compile time.
+// H2O eviction reads attention probabilities, which the device attention does not compute: an
+// Engine on the CUDA backend with such a policy is refused at compile time (sliding-window and
+// attention-sink eviction, which read none, run there).
 #include <tinfer/engine/cuda_backend.hpp>
 #include <tinfer/engine/engine.hpp>
 #include <tinfer/sched/scheduler.hpp>
@@ -14,9 +15,9 @@ constexpr tinfer::ModelConfig shape{.layers = 2,
                                     .vocab = 96,
                                     .max_context = 512};
 namespace s = tinfer::sched;
-using Evicting = s::Scheduler<s::ContinuousBatching<8, 512>, s::WholePrompt, s::PreemptBySwap,
-                              s::Fcfs, s::AttentionSinks<4, 60>>;
+using HeavyHitterEviction = s::Scheduler<s::ContinuousBatching<8, 512>, s::WholePrompt,
+                                         s::PreemptBySwap, s::Fcfs, s::HeavyHitters<16, 48>>;
 }  // namespace
 
-tinfer::Engine<tinfer::model::Llama<shape>, Evicting, tinfer::Cuda>* engine = nullptr;
+tinfer::Engine<tinfer::model::Llama<shape>, HeavyHitterEviction, tinfer::Cuda>* engine = nullptr;
 std::size_t size = sizeof(*engine);

@@ -1,7 +1,8 @@
 #pragma once
 // A device step over a host kv::PagedKvCache's tables (the Engine's CUDA backend): the chunks
 // checked, copy-on-write done for the shared blocks the step writes, and the step laid out as
-// the kernels' arrays with each sequence's block table as the cache holds it. Plain C++ over any
+// the kernels' arrays with each sequence's block table as the cache holds it (RoPE positions and
+// cache slots apart where token eviction has compacted a sequence). Plain C++ over any
 // cache storage, so the planning is tested on the CPU over host blocks
 // (tests/cuda/cache_step_test.cpp); cuda::DeviceModel runs it over device blocks.
 #include <cstddef>
@@ -26,8 +27,8 @@ struct CacheTables {
     std::span<kv::BlockId const> table(int slot) const { return cache.block_table(slot); }
 };
 
-// Checks the chunks (RequestError naming the chunk: positions the cache has not reserved, token
-// eviction's cache slots apart from positions, attention scores; nothing changes then), copies
+// Checks the chunks (RequestError naming the chunk: cache slots the cache has not reserved,
+// attention scores, which the device does not compute; nothing changes then), copies
 // every shared block the step writes (the cache's copy-on-write, done before the kernels since
 // they write in place), and lays the step out. `device_chunks` is scratch the caller keeps.
 template <class Cache>
@@ -41,10 +42,6 @@ DeviceStepPlan plan_cache_step(std::span<SequenceChunk const> chunks, Cache& cac
         auto const where = [&] {
             return "chunk " + std::to_string(c) + " (slot " + std::to_string(chunk.slot) + ")";
         };
-        if (chunk.first_cache_slot != chunk.first_position)
-            throw RequestError(where() +
-                               ": token eviction (cache slots apart from positions) is not "
-                               "implemented on the CUDA backend");
         if (!chunk.attention_scores.empty())
             throw RequestError(where() +
                                ": attention scores (H2O eviction) are not implemented on the "
@@ -52,7 +49,8 @@ DeviceStepPlan plan_cache_step(std::span<SequenceChunk const> chunks, Cache& cac
         device_chunks.push_back({.slot = chunk.slot,
                                  .first_position = chunk.first_position,
                                  .tokens = chunk.tokens,
-                                 .all_logits = chunk.all_logits});
+                                 .all_logits = chunk.all_logits,
+                                 .first_cache_slot = chunk.first_cache_slot});
     }
     std::span<DeviceChunk const> const planned(device_chunks);
     CacheTables<Cache> const tables{cache};

@@ -219,7 +219,7 @@ class CudaOps {
             step_.kv_pool, layer, ints + plan.block_tables, plan.table_stride);
         k::kv_append<KeyCodec, Cfg.head_dim, ValueCodec>(
             kv_layer, Cfg.kv_heads, a_.k.data(), a_.v.data(), ints + plan.row_chunks,
-            ints + plan.positions, rows_, step_.stream);
+            ints + plan.cache_slots, rows_, step_.stream);
         if (plan.decode_only) {
             k::DecodeAttentionArguments const arguments{
                 .queries = a_.q.data(),

@@ -64,8 +64,8 @@ inline std::size_t step_plan_capacity(DeviceStepSizes const& s, int block_size) 
     std::size_t const chunks = static_cast<std::size_t>(s.max_chunks);
     std::size_t const stride =
         static_cast<std::size_t>(DeviceBlockTables::blocks_for(s.max_context, block_size));
-    constexpr std::size_t arrays = 7, padding = 4;
-    return 3 * rows + (chunks + 1) + chunks + static_cast<std::size_t>(s.max_logit_rows) +
+    constexpr std::size_t arrays = 8, padding = 4;
+    return 4 * rows + (chunks + 1) + chunks + static_cast<std::size_t>(s.max_logit_rows) +
            chunks * stride + arrays * padding;
 }
 

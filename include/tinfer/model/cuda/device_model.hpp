@@ -108,9 +108,10 @@ class DeviceModel {
 
     // As model::Llama::forward: runs the chunks, their K and V into `cache`'s device blocks,
     // their logits ([rows][vocab] in chunk order) into `logits` (on the host). The chunks'
-    // positions count as written only when the step succeeded. Refused with RequestError: a
-    // chunk whose positions the cache has not reserved, token eviction (cache slots apart from
-    // positions) and attention scores (H2O) until the device computes them.
+    // positions count as written only when the step succeeded. Token eviction's chunks (cache
+    // slots apart from positions) run as on the host. Refused with RequestError: a chunk whose
+    // cache slots the cache has not reserved, and attention scores (H2O) until the device
+    // computes them.
     template <class Precision = kernels::Float32Activations, class Shapes = StaticShapes>
     void forward(std::span<SequenceChunk const> chunks, Cache& cache, Workspace& ws,
                  std::span<float> logits, int layers = Cfg.layers) const {

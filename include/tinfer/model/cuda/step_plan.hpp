@@ -24,14 +24,16 @@
 namespace tinfer::cuda {
 
 // One sequence's part of a device forward step: `tokens` at positions first_position,
-// first_position + 1, ... of sequence slot `slot`, whose cache holds positions
-// 0 .. first_position - 1 already (first_position below the cached length rewinds: the later
-// positions are overwritten, as a re-run of the same tokens does).
+// first_position + 1, ... (their RoPE rotations) of sequence slot `slot`, stored at cache slots
+// first_cache_slot, first_cache_slot + 1, ..., whose cache holds slots 0 .. first_cache_slot - 1
+// already (a first_cache_slot below the cached length rewinds: the later slots are overwritten,
+// as a re-run of the same tokens does). Without token eviction the two coincide, the default.
 struct DeviceChunk {
     int slot = 0;
     int first_position = 0;
     std::span<std::int32_t const> tokens;
     bool all_logits = false;  // logits for every token, else for the last one only
+    int first_cache_slot = first_position;
 };
 
 // Block tables of `slots` sequences over a pool of `blocks` physical KV blocks of `block_size`
@@ -130,7 +132,8 @@ struct DeviceStepPlan {
     int table_stride = 0;      // block ids per chunk in block_tables
     bool decode_only = false;  // every chunk one token: the decode attention kernel applies
 
-    // Each chunk's slot and the positions it writes, [first_position, end): what commit_step
+    // Each chunk's slot and the cache slots it writes, [first_position, end) (cache slots, which
+    // are positions without token eviction): what commit_step
     // marks cached once the step's kernels have run, and abandon_step forgets if they failed.
     struct SlotWrite {
         int slot;
@@ -141,7 +144,8 @@ struct DeviceStepPlan {
 
     // Offsets into `packed`, in ints.
     std::size_t tokens = 0;           // [rows] token ids
-    std::size_t positions = 0;        // [rows] RoPE position = cache position
+    std::size_t positions = 0;        // [rows] RoPE position
+    std::size_t cache_slots = 0;      // [rows] where the row's K and V go (= position unevicted)
     std::size_t row_chunks = 0;       // [rows] the chunk (step sequence index) of each row
     std::size_t query_starts = 0;     // [chunks + 1] first row of each chunk
     std::size_t context_lengths = 0;  // [chunks] cached positions after the step
@@ -196,12 +200,16 @@ DeviceStepPlan measure_step(std::span<DeviceChunk const> chunks, Tables const& t
         };
         if (!tables.has_slot(chunk.slot)) throw RequestError(where() + ": no such slot");
         if (chunk.tokens.empty()) throw RequestError(where() + " has no tokens");
-        if (chunk.first_position < 0 || chunk.first_position > tables.length(chunk.slot))
+        if (chunk.first_position < 0)
             throw RequestError(where() + " starts at position " +
-                               std::to_string(chunk.first_position) + ", the slot caches " +
+                               std::to_string(chunk.first_position));
+        if (chunk.first_cache_slot < 0 || chunk.first_cache_slot > tables.length(chunk.slot))
+            throw RequestError(where() + " starts at cache slot " +
+                               std::to_string(chunk.first_cache_slot) + ", the slot caches " +
                                std::to_string(tables.length(chunk.slot)));
+        // Cache slots from here on: they bound the tables and the attention.
         std::int64_t const end =
-            chunk.first_position + static_cast<std::int64_t>(chunk.tokens.size());
+            chunk.first_cache_slot + static_cast<std::int64_t>(chunk.tokens.size());
         if (end > tables.max_tokens())
             throw RequestError(where() + " ends at position " + std::to_string(end) +
                                ", beyond the " + std::to_string(tables.max_tokens()) +
@@ -235,8 +243,8 @@ DeviceStepPlan measure_step(std::span<DeviceChunk const> chunks, Tables const& t
     }
     plan.table_stride = (plan.max_context + tables.block_size() - 1) / tables.block_size();
     for (DeviceChunk const& chunk : chunks)
-        plan.writes.push_back({chunk.slot, chunk.first_position,
-                               chunk.first_position + static_cast<int>(chunk.tokens.size())});
+        plan.writes.push_back({chunk.slot, chunk.first_cache_slot,
+                               chunk.first_cache_slot + static_cast<int>(chunk.tokens.size())});
     return plan;
 }
 
@@ -249,6 +257,7 @@ void pack_step(std::span<DeviceChunk const> chunks, Tables const& tables, Device
     std::size_t const n_chunks = static_cast<std::size_t>(plan.chunks);
     plan.tokens = allocate(packed, n_rows);
     plan.positions = allocate(packed, n_rows);
+    plan.cache_slots = allocate(packed, n_rows);
     plan.row_chunks = allocate(packed, n_rows);
     plan.query_starts = allocate(packed, n_chunks + 1);
     plan.context_lengths = allocate(packed, n_chunks);
@@ -259,10 +268,11 @@ void pack_step(std::span<DeviceChunk const> chunks, Tables const& tables, Device
         DeviceChunk const& chunk = chunks[c];
         int const n = static_cast<int>(chunk.tokens.size());
         packed[plan.query_starts + c] = static_cast<std::int32_t>(row);
-        packed[plan.context_lengths + c] = chunk.first_position + n;
+        packed[plan.context_lengths + c] = chunk.first_cache_slot + n;
         for (int i = 0; i < n; ++i, ++row) {
             packed[plan.tokens + row] = chunk.tokens[static_cast<std::size_t>(i)];
             packed[plan.positions + row] = chunk.first_position + i;
+            packed[plan.cache_slots + row] = chunk.first_cache_slot + i;
             packed[plan.row_chunks + row] = static_cast<std::int32_t>(c);
             if (chunk.all_logits || i == n - 1)
                 packed[plan.logit_row_ids + out++] = static_cast<std::int32_t>(row);
@@ -291,7 +301,7 @@ inline DeviceStepPlan plan_step(std::span<DeviceChunk const> chunks, DeviceBlock
     // Blocks the step takes from the pool, checked before any is taken.
     std::int64_t new_blocks = 0;
     for (DeviceChunk const& chunk : chunks) {
-        int const end = chunk.first_position + static_cast<int>(chunk.tokens.size());
+        int const end = chunk.first_cache_slot + static_cast<int>(chunk.tokens.size());
         int const have = static_cast<int>(tables.table(chunk.slot).size());
         new_blocks += std::max(0, DeviceBlockTables::blocks_for(end, tables.block_size()) - have);
     }
