@@ -55,6 +55,26 @@ BOOST_AUTO_TEST_CASE(strided_grids_fit_and_reach_every_item_once) {
     BOOST_TEST(tk::strided_grid_y(-3) == 0u);
 }
 
+// Elementwise kernels loop over their items with grid_stride_blocks(items, threads) blocks: one
+// per `threads` items up to a cap (the grid-stride loop takes the rest), always a launchable grid.
+BOOST_AUTO_TEST_CASE(grid_stride_grids_cover_every_item_within_the_cap) {
+    for (std::int64_t const items :
+         {std::int64_t{1}, std::int64_t{255}, std::int64_t{256}, std::int64_t{257},
+          std::int64_t{256} * 4096, std::int64_t{256} * 4096 + 1, std::int64_t{5} << 30}) {
+        int const blocks = tk::grid_stride_blocks(items, 256);
+        BOOST_TEST_CONTEXT("items " << items << ", blocks " << blocks) {
+            BOOST_TEST(blocks >= 1);
+            BOOST_TEST(blocks <= tk::max_grid_stride_blocks);
+            BOOST_TEST(tk::grid_fits(static_cast<std::uint64_t>(blocks), 1, 1));
+            // One block per 256 items while under the cap, so no block idles.
+            if (items <= std::int64_t{256} * tk::max_grid_stride_blocks)
+                BOOST_TEST(blocks == (items + 255) / 256);
+        }
+    }
+    BOOST_TEST(tk::grid_stride_blocks(0, 256) == 0);
+    BOOST_TEST(tk::grid_stride_blocks(-1, 256) == 0);
+}
+
 // Near the top of int the loop's last step would overflow an int counter; it is counted wide.
 BOOST_AUTO_TEST_CASE(strided_loops_end_near_the_int_limit) {
     int const items = 2147483647;  // INT_MAX

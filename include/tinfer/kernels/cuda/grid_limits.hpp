@@ -22,6 +22,15 @@ constexpr unsigned strided_grid_y(int items) {
     return static_cast<unsigned>(items) < max_grid_yz ? static_cast<unsigned>(items) : max_grid_yz;
 }
 
+// Blocks along x for a grid-stride loop over `items` items of `threads` per block: one per
+// `threads` items, capped where the device is full anyway (each block then loops); 0 for none.
+inline constexpr std::int64_t max_grid_stride_blocks = 4096;
+constexpr int grid_stride_blocks(std::int64_t items, int threads) {
+    if (items <= 0 || threads <= 0) return 0;
+    std::int64_t const wanted = (items + threads - 1) / threads;
+    return static_cast<int>(wanted < max_grid_stride_blocks ? wanted : max_grid_stride_blocks);
+}
+
 // Whether a grid of (x, y, z) blocks can be launched at all.
 constexpr bool grid_fits(std::uint64_t x, std::uint64_t y, std::uint64_t z) {
     return x >= 1 && y >= 1 && z >= 1 && x <= max_grid_x && y <= max_grid_yz && z <= max_grid_yz;

@@ -27,11 +27,9 @@ __global__ void __launch_bounds__(row_op_threads)
 inline void add_in_place(float* y, float const* x, std::size_t n, cudaStream_t stream = nullptr) {
     auto const elements = static_cast<std::int64_t>(n);
     if (elements <= 0) return;
-    constexpr std::int64_t max_blocks = 4096;  // a grid-stride loop: enough to fill the device
-    std::int64_t const wanted = ceil_div<std::int64_t>(elements, row_op_threads);
-    int const blocks = static_cast<int>(wanted < max_blocks ? wanted : max_blocks);
     check_before_launch("add_in_place_kernel");
-    add_in_place_kernel<<<blocks, row_op_threads, 0, stream>>>(y, x, elements);
+    add_in_place_kernel<<<grid_stride_blocks(elements, row_op_threads), row_op_threads, 0,
+                          stream>>>(y, x, elements);
     check_launch("add_in_place_kernel");
 }
 
@@ -72,11 +70,9 @@ __global__ void __launch_bounds__(row_op_threads)
 template <class Op>
 void map_in_place(float* x, std::int64_t elements, Op op, char const* kernel, cudaStream_t stream) {
     if (elements <= 0) return;
-    constexpr std::int64_t max_blocks = 4096;
-    std::int64_t const wanted = ceil_div<std::int64_t>(elements, row_op_threads);
-    int const blocks = static_cast<int>(wanted < max_blocks ? wanted : max_blocks);
     check_before_launch(kernel);
-    map_in_place_kernel<<<blocks, row_op_threads, 0, stream>>>(x, elements, op);
+    map_in_place_kernel<<<grid_stride_blocks(elements, row_op_threads), row_op_threads, 0,
+                          stream>>>(x, elements, op);
     check_launch(kernel);
 }
 

@@ -54,12 +54,10 @@ void gated_activation(float const* gate, float const* up, std::size_t n, float* 
                       cudaStream_t stream = nullptr) {
     auto const elements = static_cast<std::int64_t>(n);
     if (elements <= 0) return;
-    constexpr std::int64_t max_blocks = 4096;
-    std::int64_t const wanted = ceil_div<std::int64_t>(elements, swiglu_threads);
-    int const blocks = static_cast<int>(wanted < max_blocks ? wanted : max_blocks);
     check_before_launch("gated_activation_kernel");
     gated_activation_kernel<Activation>
-        <<<blocks, swiglu_threads, 0, stream>>>(gate, up, out, elements);
+        <<<grid_stride_blocks(elements, swiglu_threads), swiglu_threads, 0, stream>>>(gate, up, out,
+                                                                                      elements);
     check_launch("gated_activation_kernel");
 }
 

@@ -87,7 +87,7 @@ class CublasBf16Gemm final : public tinfer::cuda::PrefillGemm {
                         " rows exceeds its scratch (a sizing bug)");
         if (rows <= 0 || w.rows <= 0) return;
         std::int64_t const groups = static_cast<std::int64_t>(weights / weight_group_elements);
-        int const blocks = grid_for(groups);
+        int const blocks = grid_stride_blocks(groups, bf16_convert_threads);
         tinfer::cuda::dispatch_device_weight_type(w.type, [&]<DType W>() {
             check_before_launch("dequantize_to_bf16_kernel");
             dequantize_to_bf16_kernel<W><<<blocks, bf16_convert_threads, 0, stream>>>(
@@ -96,8 +96,8 @@ class CublasBf16Gemm final : public tinfer::cuda::PrefillGemm {
         });
         std::int64_t const inputs = static_cast<std::int64_t>(rows) * w.cols;
         check_before_launch("float_to_bf16_kernel");
-        float_to_bf16_kernel<<<grid_for(inputs), bf16_convert_threads, 0, stream>>>(x, inputs,
-                                                                                    inputs_.data());
+        float_to_bf16_kernel<<<grid_stride_blocks(inputs, bf16_convert_threads),
+                               bf16_convert_threads, 0, stream>>>(x, inputs, inputs_.data());
         check_launch("float_to_bf16_kernel");
         // Column-major view: y^T [out x rows] = W [in x out]^T . x^T [in x rows].
         float const alpha = 1, beta = 0;
@@ -110,12 +110,6 @@ class CublasBf16Gemm final : public tinfer::cuda::PrefillGemm {
     }
 
   private:
-    static int grid_for(std::int64_t items) {
-        constexpr std::int64_t max_blocks = 4096;
-        std::int64_t const wanted = ceil_div<std::int64_t>(items, bf16_convert_threads);
-        return static_cast<int>(wanted < max_blocks ? (wanted > 0 ? wanted : 1) : max_blocks);
-    }
-
     cublasHandle_t handle_ = nullptr;
     DeviceBuffer<__nv_bfloat16> weights_;  // the current matrix, [out][in]
     DeviceBuffer<__nv_bfloat16> inputs_;   // the current input, [rows][in]
