@@ -329,6 +329,14 @@ class Engine {
         }
     };
 
+    // The options the backend cannot honour, refused before the model loads (a device model
+    // would upload its weights first).
+    static EngineOptions checked_for_backend(EngineOptions options) {
+        if (!std::same_as<Backend, Host> && options.int8_activations)
+            throw Error("Engine: int8 activations are not implemented on the CUDA backend");
+        return options;
+    }
+
     // Rows of one forward call: the step's token budget, split when max_step_tokens is less.
     int step_rows() const {
         if (options_.max_step_tokens <= 0)
@@ -556,7 +564,7 @@ Engine<Model, Scheduler, Backend, Kv, Drafter>::Engine(gguf::File file, EngineOp
                                                        Drafter drafter, Parallel parallel,
                                                        Scheduler scheduler)
     : file_(std::move(file)),
-      options_(options),
+      options_(checked_for_backend(options)),
       model_(StepModel::bind(file_, std::move(parallel))),
       tokenizer_(tok::tokenizer_from_gguf(file_)),
       chat_(options.chat_template ? *options.chat_template : tok::chat_template_from_gguf(file_)),
@@ -572,11 +580,8 @@ Engine<Model, Scheduler, Backend, Kv, Drafter>::Engine(gguf::File file, EngineOp
         if (options.int8_activations) model_.template prepare<kernels::Int8Activations>();
     }
     // A device model allocates its step buffers once, now that the step's size is known.
-    if constexpr (requires { model_.reserve_steps(1, 1); }) {
-        if (options.int8_activations)
-            throw Error("Engine: int8 activations are not implemented on the CUDA backend");
+    if constexpr (requires { model_.reserve_steps(1, 1); })
         model_.reserve_steps(step_rows(), scheduler_.batching().max_seqs);
-    }
     if constexpr (spec::TargetAttachedDrafter<Drafter, StepModel>)
         speculation_.drafter().attach(model_, runner_.workspace().threads());
     // Model drafters run their passes in the engine's precision.

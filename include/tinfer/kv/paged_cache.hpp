@@ -70,7 +70,6 @@ class PagedKvCache {
     static constexpr int block_size = BlockSize;
     using KeyCodec = KCodec;
     using ValueCodec = VCodec;
-    using StorageType = Storage;
     // Layer groups: 1 without sliding layers (every block holds every layer).
     static constexpr int group_count = Groups::count;
     static constexpr int layers_per_group = Groups::layers_per_group;

@@ -69,6 +69,20 @@ inline std::size_t step_plan_capacity(DeviceStepSizes const& s, int block_size) 
            chunks * stride + arrays * padding;
 }
 
+// The sizes with their defaults filled in (logit rows: one per chunk, at most the rows; context:
+// the model's), checked: every size positive, the context at most the model's (tinfer::Error).
+template <ModelConfig Cfg>
+DeviceStepSizes resolved_step_sizes(DeviceStepSizes s) {
+    if (s.max_logit_rows == 0) s.max_logit_rows = s.max_chunks;
+    if (s.max_context == 0) s.max_context = Cfg.max_context;
+    if (s.max_chunks <= 0 || s.max_rows <= 0 || s.max_logit_rows <= 0 || s.max_context <= 0 ||
+        s.max_context > Cfg.max_context)
+        throw Error("device step sizes: every size must be positive, max_context at most " +
+                    std::to_string(Cfg.max_context));
+    if (s.max_logit_rows > s.max_rows) s.max_logit_rows = s.max_rows;
+    return s;
+}
+
 template <ModelConfig Cfg, class KvLayout>
 requires ModelShape<Cfg>
 class DeviceForwardPass {
@@ -97,7 +111,7 @@ class DeviceForwardPass {
     // Allocates every buffer a step of `sizes` can need (once, before serving: a decode step
     // allocates nothing).
     void reserve(DeviceStepSizes const& sizes) {
-        sizes_ = checked(sizes);
+        sizes_ = resolved_step_sizes<Cfg>(sizes);
         activations_ = std::make_unique<DeviceActivations<Cfg, KeyCodec>>(sizes_);
         plan_buffer_ = kernels::cuda::DeviceBuffer<std::int32_t>(
             step_plan_capacity(sizes_, KvLayout::block_size));
@@ -124,7 +138,6 @@ class DeviceForwardPass {
         if (!on) release_graphs();
         graphs_ = on;
     }
-    bool uses_cuda_graphs() const { return graphs_; }
     std::size_t weight_bytes() const { return arena_.bytes(); }
     // Weight bytes one step reads: every tensor but the token embedding (a row per token),
     // unless the LM head is the embedding (tied). The numerator of a decode roofline.
@@ -235,17 +248,6 @@ class DeviceForwardPass {
     void release_graphs() noexcept {
         for (auto const& [key, exec] : graphs_by_shape_) (void)cudaGraphExecDestroy(exec);
         graphs_by_shape_.clear();
-    }
-
-    static DeviceStepSizes checked(DeviceStepSizes s) {
-        if (s.max_logit_rows == 0) s.max_logit_rows = s.max_chunks;
-        if (s.max_context == 0) s.max_context = Cfg.max_context;
-        if (s.max_chunks <= 0 || s.max_rows <= 0 || s.max_logit_rows <= 0 || s.max_context <= 0 ||
-            s.max_context > Cfg.max_context)
-            throw Error("DeviceStepSizes: sizes must be positive, max_context at most " +
-                        std::to_string(Cfg.max_context));
-        if (s.max_logit_rows > s.max_rows) s.max_logit_rows = s.max_rows;
-        return s;
     }
 
     DeviceStepSizes sizes_;

@@ -142,14 +142,14 @@ class DeviceLlama {
     }
 
   private:
+    // The options' defaults filled in and checked as the forward pass's sizes are.
     static DeviceLlamaOptions resolved(DeviceLlamaOptions o) {
-        if (o.max_logit_rows == 0) o.max_logit_rows = o.max_seqs;
-        if (o.max_context == 0) o.max_context = Cfg.max_context;
-        if (o.max_seqs <= 0 || o.max_step_tokens <= 0 || o.max_logit_rows <= 0 ||
-            o.max_context <= 0 || o.max_context > Cfg.max_context)
-            throw Error("DeviceLlamaOptions: sizes must be positive, max_context at most " +
-                        std::to_string(Cfg.max_context));
-        if (o.max_logit_rows > o.max_step_tokens) o.max_logit_rows = o.max_step_tokens;
+        DeviceStepSizes const sizes = resolved_step_sizes<Cfg>({.max_chunks = o.max_seqs,
+                                                                .max_rows = o.max_step_tokens,
+                                                                .max_logit_rows = o.max_logit_rows,
+                                                                .max_context = o.max_context});
+        o.max_logit_rows = sizes.max_logit_rows;
+        o.max_context = sizes.max_context;
         return o;
     }
     static int pool_blocks(DeviceLlamaOptions const& o) {
