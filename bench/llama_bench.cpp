@@ -22,6 +22,7 @@
 
 #include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kernels/isa.hpp>
+#include <tinfer/kernels/sampling.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
 #include <tinfer/model/llama.hpp>
 #include <tinfer/model/shipped_presets.hpp>
@@ -235,9 +236,7 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
                     SequenceChunk const chunk{
                         .slot = 0, .first_position = i, .tokens = std::span(&next, 1)};
                     model.template forward<Precision>(std::span(&chunk, 1), cache, ws, logits);
-                    next = static_cast<std::int32_t>(
-                        std::max_element(logits.begin(), logits.begin() + Cfg.vocab) -
-                        logits.begin());
+                    next = kernels::first_argmax(std::span(logits).first(Cfg.vocab));
                 }
             });
             if (r > 0) rates.push_back(options.generated_tokens / s);
@@ -268,9 +267,7 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
                     model.template forward<Precision>(std::span(&chunk, 1), cache, ws, logits);
                     sum.with_head += since(start);
                     start = Clock::now();
-                    next = static_cast<std::int32_t>(
-                        std::max_element(logits.begin(), logits.begin() + Cfg.vocab) -
-                        logits.begin());
+                    next = kernels::first_argmax(std::span(logits).first(Cfg.vocab));
                     sum.sampler += since(start);
                     start = Clock::now();
                     model.template forward<Precision>(std::span(&chunk, 1), cache, ws,

@@ -108,6 +108,41 @@ BOOST_AUTO_TEST_CASE(greedy_is_argmax_with_ties_to_lowest_id) {
         BOOST_TEST(sample(tied, top_one, workspace, 5, step).token == 42);
 }
 
+// The blocked argmax against a running scalar one (the loop it replaced): lengths around its
+// block of 64, values drawn from a few levels so that ties fall inside and across blocks, -inf
+// runs, and both zeros (equal under `>`: the first of them wins).
+BOOST_AUTO_TEST_CASE(first_argmax_is_the_first_largest_above_minus_infinity) {
+    auto rng = tinfer::testing::seeded_rng(12);
+    constexpr float minus_infinity = -std::numeric_limits<float>::infinity();
+    std::vector<float> const levels = {minus_infinity, -2.0f, -0.0f, 0.0f, 1.5f, 3.0f};
+    std::uniform_int_distribution<std::size_t> level(0, levels.size() - 1);
+    std::uniform_int_distribution<int> length(0, 300);
+    auto const scalar_argmax = [](std::vector<float> const& x) {
+        std::int32_t best = -1;
+        for (std::size_t i = 0; i < x.size(); ++i)
+            if (x[i] > (best < 0 ? minus_infinity : x[static_cast<std::size_t>(best)]))
+                best = static_cast<std::int32_t>(i);
+        return best;
+    };
+    int found = 0;
+    for (int trial = 0; trial < 2000; ++trial) {
+        std::vector<float> x(static_cast<std::size_t>(length(rng)));
+        // A trial draws from the levels up to a random top, so the largest value is often a
+        // tie and sometimes a zero or -inf everywhere.
+        std::size_t const top = level(rng);
+        for (float& v : x) v = levels[std::min(level(rng), top)];
+        std::int32_t const expected = scalar_argmax(x);
+        BOOST_TEST_INFO("trial " << trial << ", length " << x.size());
+        BOOST_TEST(tinfer::kernels::first_argmax(x) == expected);
+        found += expected >= 0;
+    }
+    BOOST_TEST(found > 1000);  // most trials have a finite maximum, some have none
+    std::vector<float> zeros(130, minus_infinity);
+    zeros[100] = 0.0f;
+    zeros[70] = -0.0f;  // equal to +0 under `>`, and first
+    BOOST_TEST(tinfer::kernels::first_argmax(zeros) == 70);
+}
+
 BOOST_AUTO_TEST_CASE(same_position_gives_same_token_other_steps_other_streams) {
     auto rng = tinfer::testing::seeded_rng(12);
     constexpr std::int32_t vocab = 100;

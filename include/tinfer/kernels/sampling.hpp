@@ -42,6 +42,30 @@
 
 namespace tinfer::kernels {
 
+// Index of the first largest value of `x` above -infinity, or -1 if there is none (empty, or
+// every value -inf): greedy decoding's choice, ties to the lowest id. A block of 64 takes its
+// maximum in a loop that vectorizes, and only a block whose maximum beats the best so far is
+// searched for the first index holding it; a scalar running argmax over a 262,144-token
+// vocabulary cost 0.2 ms, 2% of a Gemma 3 decode step. NaN is the caller's to refuse first.
+inline std::int32_t first_argmax(std::span<float const> x) {
+    constexpr std::size_t block = 64;
+    float best_value = -std::numeric_limits<float>::infinity();
+    std::int32_t best = -1;
+    for (std::size_t start = 0; start < x.size(); start += block) {
+        std::size_t const end = std::min(x.size(), start + block);
+        float block_max = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : block_max)
+        for (std::size_t i = start; i < end; ++i)
+            block_max = x[i] > block_max ? x[i] : block_max;  // std::max's form does not vectorize
+        if (!(block_max > best_value)) continue;
+        best_value = block_max;
+        std::size_t i = start;
+        while (!(x[i] == block_max)) ++i;  // -0 == +0: the first of the two, as a scan's `>`
+        best = static_cast<std::int32_t>(i);
+    }
+    return best;
+}
+
 // Most alternatives one token may report (the limit of OpenAI's API and vLLM's default).
 inline constexpr int max_top_logprobs = 20;
 
@@ -403,20 +427,25 @@ inline SampledToken sample_token(Extent auto vocab_extent, std::span<float const
     validate(params, vocab);
     constexpr float negative_infinity = -std::numeric_limits<float>::infinity();
 
+    // One pass that vectorizes (the check is a flag, the refusal's token found only when set).
+    constexpr float infinity = std::numeric_limits<float>::infinity();
     float raw_max = negative_infinity;
+    int nonfinite = 0;  // an int: `||` is a branch, `|` vectorizes
+#pragma omp simd reduction(max : raw_max) reduction(| : nonfinite)
     for (std::int32_t token = 0; token < vocab; ++token) {
         float const logit = logits[token];
-        if (std::isnan(logit) || logit == std::numeric_limits<float>::infinity())
-            throw detail::nonfinite_logit_error(token);
-        raw_max = std::max(raw_max, logit);
+        nonfinite |= !(logit < infinity);  // NaN or +inf
+        raw_max = logit > raw_max ? logit : raw_max;
+    }
+    if (nonfinite) {
+        for (std::int32_t token = 0; token < vocab; ++token)
+            if (!(logits[token] < infinity)) throw detail::nonfinite_logit_error(token);
     }
 
     std::span<float> const processed(workspace.logits);
     std::ranges::copy(logits, processed.begin());
     apply_penalties_and_bias(processed, params, history, workspace);
-    std::int32_t best = -1;
-    for (std::int32_t token = 0; token < vocab; ++token)
-        if (processed[token] > (best < 0 ? negative_infinity : processed[best])) best = token;
+    std::int32_t const best = first_argmax(processed);
     if (best < 0) throw detail::all_logits_masked_error();
 
     std::int32_t const token =
