@@ -13,9 +13,13 @@ namespace tinfer::kernels::cuda {
 
 inline constexpr int swiglu_threads = 256;
 
-// The host's formula (kernels::silu); e^-x overflowing to inf gives the limit -0.
+// kernels::silu's formula: e = 2^(-log2(e) |x|), x / (1 + e) or x e / (1 + e) by the sign
+// (exp2f for the host's polynomial 2^x: both within about one float ulp).
 __device__ inline float silu(float x) {
-    return x / (1.0f + expf(-x));
+    constexpr float minus_log2e = -1.4426950408889634f;
+    float const e = exp2f(minus_log2e * fabsf(x));
+    float const sigmoid_abs = 1.0f / (1.0f + e);
+    return x < 0 ? x * (e * sigmoid_abs) : x * sigmoid_abs;
 }
 
 // kernels::gelu_tanh's formula: tanh(u) as (1 - e) / (1 + e) with e = 2^(-2 log2(e) |u|), the
