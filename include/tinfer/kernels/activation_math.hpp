@@ -12,6 +12,7 @@
 #include <limits>
 
 #include <tinfer/core/extent.hpp>
+#include <tinfer/core/simd_intrinsics.hpp>
 
 namespace tinfer::kernels {
 
@@ -40,6 +41,50 @@ inline float sum_lanes(float const (&lanes)[reduction_lanes]) {
         for (int l = 0; l < width; ++l) level[l] += level[l + width];
     }
     return level[0];
+}
+
+// out[r] = sum_lanes(lanes[r]) for R rows, bitwise. Where the build's floor has AVX-512 (these
+// float kernels follow -march, docs/performance.md), 16 rows take the tree level by level on
+// whole registers: each level adds the pairs sum_lanes adds (lane l and lane l + width), for
+// two, four, eight, then sixteen rows packed in one register, so 30 shuffles and 15 additions
+// reduce 16 rows where each row alone took its four dependent levels and the extraction of its
+// lanes (attention's decode scores: one reduction per key, 64 products for SmolLM2's head).
+template <int R>
+inline void sum_lanes_rows(float const (&lanes)[R][reduction_lanes], float (&out)[R]) {
+#if TINFER_X86_TARGETS && defined(__AVX512F__)
+    if constexpr (R == 16) {
+        // Level 8: rows 2i and 2i + 1 into one register, lanes 0-7 and 8-15.
+        __m512 half[8];
+        for (int i = 0; i < 8; ++i) {
+            __m512 const a = _mm512_loadu_ps(lanes[2 * i]), b = _mm512_loadu_ps(lanes[2 * i + 1]);
+            half[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                    _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+        }
+        // Level 4: quarter q of quarter[i] is row 4i + q's four partial sums.
+        __m512 quarter[4];
+        for (int i = 0; i < 4; ++i) {
+            __m512 const a = half[2 * i], b = half[2 * i + 1];
+            quarter[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+        }
+        // Level 2, within each quarter: rows q and 4 + q (then 8 + q and 12 + q), two each.
+        __m512 pair[2];
+        for (int i = 0; i < 2; ++i) {
+            __m512 const a = quarter[2 * i], b = quarter[2 * i + 1];
+            pair[i] = _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                    _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+        }
+        // Level 1: lane 4q + k holds row q + 4k's sum; one permutation puts row r at lane r.
+        __m512 const sums =
+            _mm512_add_ps(_mm512_shuffle_ps(pair[0], pair[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_ps(pair[0], pair[1], _MM_SHUFFLE(3, 1, 3, 1)));
+        __m512i const lane_of_row =
+            _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        _mm512_storeu_ps(out, _mm512_permutexvar_ps(lane_of_row, sums));
+        return;
+    }
+#endif
+    for (int r = 0; r < R; ++r) out[r] = sum_lanes(lanes[r]);
 }
 
 // a . b over n elements in the fixed order described above.
@@ -77,10 +122,9 @@ inline void dot_rows(Extent auto n, float const* a, float const* b, std::size_t 
                 lanes[r][l] += a[k + l] * b[r * stride + k + l];
         }
     }
-    for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < R; ++r)
         for (int k = full; k < size; ++k) lanes[r][k - full] += a[k] * b[r * stride + k];
-        out[r] = sum_lanes(lanes[r]);
-    }
+    sum_lanes_rows<R>(lanes, out);
 }
 
 // Sum of x[i]^2 over n elements, same order as dot.

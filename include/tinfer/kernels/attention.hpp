@@ -305,8 +305,9 @@ class AttentionKernel {
         }
     }
 
-    // scores[j] = dot(q, k_j) * scale for keys lo..hi of the tile (row-major), eight keys, then
-    // four, then one at a time: the same bits as band_scores.
+    // scores[j] = dot(q, k_j) * scale for keys lo..hi of the tile (row-major), sixteen keys (one
+    // batched reduction, sum_lanes_rows), then eight, four, one at a time: the same bits as
+    // band_scores.
     void row_scores(float const* q, float const* keys, int lo, int hi, float scale,
                     float* scores) const {
         int const head_dim = this->head_dim();
@@ -317,6 +318,7 @@ class AttentionKernel {
             for (int r = 0; r < R; ++r) scores[j + r] = dots[r] * scale;
         };
         int j = lo;
+        for (; j + 15 <= hi; j += 16) rows.template operator()<16>(j);
         for (; j + 7 <= hi; j += 8) rows.template operator()<8>(j);
         for (; j + 3 <= hi; j += 4) rows.template operator()<4>(j);
         for (; j <= hi; ++j) scores[j] = dot(head_dim_, q, keys + j * head_dim) * scale;
