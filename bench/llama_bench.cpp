@@ -62,6 +62,7 @@ Stats stats_of(std::vector<double> values) {
 struct Roofline {
     std::vector<double> read_gbps;
     std::vector<double> int8_gmacs;
+    std::vector<double> panel_gmacs;  // the panels' inner step, its operands in L1
     double at(std::vector<double> const& v, std::size_t i) const {
         return i < v.size() ? v[i] : 0.0;
     }
@@ -84,10 +85,12 @@ double attention_macs(int keys_of_global, int keys_of_sliding) {
     return macs;
 }
 
-// ppN's matrix products as a share of the measured int8 dot rate, attention and the one
-// LM-head row beside them.
+// ppN's matrix products as a share of the measured int8 dot rate and of the panels' inner
+// step (what GGUF's per-block scales leave of it), attention and the one LM-head row beside
+// them.
 template <tinfer::ModelConfig Cfg>
-std::string prefill_share(int tokens, int threads, double tokens_per_second, double peak_gmacs) {
+std::string prefill_share(int tokens, int threads, double tokens_per_second, double peak_gmacs,
+                          double panel_gmacs) {
     double keys_global = 0, keys_sliding = 0;
     for (int p = 0; p < tokens; ++p) {
         keys_global += p + 1;
@@ -97,16 +100,19 @@ std::string prefill_share(int tokens, int threads, double tokens_per_second, dou
     double const matrix_gmacs = tokens * layer_matrix_macs<Cfg>() / seconds / 1e9;
     double const attention_gmac = attention_macs<Cfg>(keys_global, keys_sliding) / 1e9;
     double const head_gmac = double(Cfg.vocab) * Cfg.hidden / 1e9;
-    std::string const share =
-        peak_gmacs > 0 ? std::to_string(std::lround(100 * matrix_gmacs / peak_gmacs)) + "%"
-                       : std::string("n/a");
-    char text[512];
+    auto const share = [&](double of) {
+        return of > 0 ? std::to_string(std::lround(100 * matrix_gmacs / of)) + "%"
+                      : std::string("n/a");
+    };
+    char text[640];
     std::snprintf(text, sizeof text,
                   "pp%d, %d thread(s): matrix products %.1f GMAC/s = %s of the int8 dot peak "
-                  "(%.1f GMAC/s); beside them attention %.2f GMAC, the LM head's one row %.3f "
-                  "GMAC, against %.2f GMAC of matrix products",
-                  tokens, threads, matrix_gmacs, share.c_str(), peak_gmacs, attention_gmac,
-                  head_gmac, tokens * layer_matrix_macs<Cfg>() / 1e9);
+                  "(%.1f GMAC/s), %s of the panels' step (%.1f GMAC/s); beside them attention "
+                  "%.2f GMAC, the LM head's one row %.3f GMAC, against %.2f GMAC of matrix "
+                  "products",
+                  tokens, threads, matrix_gmacs, share(peak_gmacs).c_str(), peak_gmacs,
+                  share(panel_gmacs).c_str(), panel_gmacs, attention_gmac, head_gmac,
+                  tokens * layer_matrix_macs<Cfg>() / 1e9);
     return text;
 }
 
@@ -224,7 +230,8 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
         Stats const pp = stats_of(rates);
         row("pp" + std::to_string(options.prompt_tokens), pp, 0);
         notes.push_back(prefill_share<Cfg>(options.prompt_tokens, threads, pp.median,
-                                           roofline.at(roofline.int8_gmacs, ti)));
+                                           roofline.at(roofline.int8_gmacs, ti),
+                                           roofline.at(roofline.panel_gmacs, ti)));
 
         // tgN: one token at a time from an empty cache.
         rates.clear();
@@ -354,12 +361,14 @@ int main(int argc, char** argv) {
                 double const bw = tinfer::bench::measured_read_gbps(t);
                 roofline.read_gbps.push_back(bw);
                 roofline.int8_gmacs.push_back(tinfer::bench::measured_int8_gmacs(t));
+                roofline.panel_gmacs.push_back(tinfer::bench::measured_int8_panel_gmacs(t));
                 double const decode_ceiling = bw * 1e9 / double(file.bytes().size());
                 std::printf(
                     "roofline, %d thread(s): read bandwidth %.1f GB/s (decode ceiling "
-                    "%.0f t/s for the %.1f MB file), int8 dot %.1f GMAC/s, sgemm %.1f GFLOP/s\n",
+                    "%.0f t/s for the %.1f MB file), int8 dot %.1f GMAC/s (the prefill panels' "
+                    "step from L1: %.1f), sgemm %.1f GFLOP/s\n",
                     t, bw, decode_ceiling, file.bytes().size() / 1e6, roofline.int8_gmacs.back(),
-                    tinfer::bench::measured_sgemm_gflops(t));
+                    roofline.panel_gmacs.back(), tinfer::bench::measured_sgemm_gflops(t));
             }
         }
         tinfer::model::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include <tinfer/core/huge_pages.hpp>
@@ -90,6 +91,51 @@ inline std::int64_t int8_macs_avx512(std::int64_t steps, int& sink) {
     sink += _mm512_reduce_add_epi32(total);
     return steps * int8_chains * 64;
 }
+
+// The panels' inner step (kernels/int8_panels.hpp, int8_panel_tile_avx512 for a format with an
+// offset: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K), its operands in L1: per 32-column block,
+// the 8 weight registers loaded, then for each token of a tile of 4 the activations' 8
+// broadcasts, 8 vpdpbusd in two chains, their sum, its conversion to float, the scale product
+// and two fused multiply-adds (one block scale per 32 weights and per 32 activations).
+inline std::int64_t int8_panel_step_macs_avx512(std::int64_t steps, int& sink) {
+    constexpr int tokens = 4;
+    alignas(64) std::int8_t weights[8 * 64];
+    alignas(64) std::int8_t x[tokens][32];
+    float x_scale[tokens], x_sum[tokens];
+    for (int i = 0; i < 8 * 64; ++i) weights[i] = static_cast<std::int8_t>(i % 15);
+    for (int t = 0; t < tokens; ++t) {
+        for (int i = 0; i < 32; ++i) x[t][i] = static_cast<std::int8_t>((i * 7 + t) % 11 - 5);
+        x_scale[t] = 0.01f * static_cast<float>(t + 1);
+        x_sum[t] = static_cast<float>(t);
+    }
+    __m512 const scale = _mm512_set1_ps(0.5f), offsets = _mm512_set1_ps(-0.25f);
+    __m512 acc[tokens];
+    for (auto& a : acc) a = _mm512_setzero_ps();
+    for (std::int64_t i = 0; i < steps; ++i) {
+        // Every block loads its operands again: the arrays escape into a memory clobber.
+        __asm__ volatile("" : : "r"(weights), "r"(x), "r"(x_scale), "r"(x_sum) : "memory");
+        __m512i w[8];
+        for (int k = 0; k < 8; ++k) w[k] = _mm512_load_si512(weights + 64 * k);
+        for (int t = 0; t < tokens; ++t) {
+            __m512 const token_scale = _mm512_mul_ps(scale, _mm512_set1_ps(x_scale[t]));
+            __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+            for (int k = 0; k < 8; k += 2) {
+                std::int32_t a, b;
+                std::memcpy(&a, x[t] + 4 * k, 4);
+                std::memcpy(&b, x[t] + 4 * k + 4, 4);
+                s0 = _mm512_dpbusd_epi32(s0, w[k], _mm512_set1_epi32(a));
+                s1 = _mm512_dpbusd_epi32(s1, w[k + 1], _mm512_set1_epi32(b));
+            }
+            acc[t] =
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), token_scale, acc[t]);
+            acc[t] = _mm512_fmadd_ps(offsets, _mm512_set1_ps(x_sum[t]), acc[t]);
+        }
+    }
+    __m512 total = acc[0];
+    for (int t = 1; t < tokens; ++t) total = _mm512_add_ps(total, acc[t]);
+    sink += static_cast<int>(_mm512_reduce_add_ps(total));
+    return steps * tokens * 8 * 64;
+}
 TINFER_END_TARGET_AVX512
 
 TINFER_BEGIN_TARGET_AVX2
@@ -133,6 +179,28 @@ inline double measured_int8_gmacs(int threads) {
                                             : detail::int8_macs_avx2(steps, sink);
     });
     if (sink == 42) std::fputc(' ', stderr);  // keeps the sums alive
+    return static_cast<double>(macs) / seconds / 1e9;
+#else
+    (void)threads;
+    return 0;
+#endif
+}
+
+// Sustained rate (GMAC/s) of the panels' inner step (detail::int8_panel_step_macs_avx512) on
+// `threads` threads: the most the prefill's matrix products can reach with GGUF's per-block
+// scales, before any weight streams in. 0 where the panels do not run (below AVX-512).
+inline double measured_int8_panel_gmacs(int threads) {
+#if TINFER_X86_TARGETS
+    if (kernels::running_isa() != kernels::Isa::avx512) return 0;
+    constexpr std::int64_t steps = std::int64_t{1} << 22;
+    int sink = 0;
+    std::int64_t macs = 0;
+    double const seconds = median_seconds(5, [&] {
+        macs = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : macs, sink)
+        macs += detail::int8_panel_step_macs_avx512(steps, sink);
+    });
+    if (sink == 42) std::fputc(' ', stderr);
     return static_cast<double>(macs) / seconds / 1e9;
 #else
     (void)threads;
