@@ -49,6 +49,15 @@ struct AttentionChunk {
     std::size_t out_stride = 0;
 };
 
+// Query heads [first, first + count) of a KV head's group; count 0: the whole group. Each head's
+// scores and softmax depend on nothing but its own query, so a group split into slices run as
+// separate tasks gives the same bits as the group in one task: decode splits the group where a
+// step has fewer tasks than threads (Gemma 3: one KV head).
+struct HeadSlice {
+    int first = 0;
+    int count = 0;
+};
+
 // The largest head a DynamicExtent head_dim may have (a query's output row lives on the stack).
 inline constexpr int max_dynamic_attention_head_dim = 512;
 
@@ -116,13 +125,16 @@ class AttentionKernel {
         return (queries + query_block() - 1) / query_block();
     }
 
-    // Queries [block * query_block, ...) of the chunk, the group of query heads of `kv_head`.
+    // Queries [block * query_block, ...) of the chunk, the group of query heads of `kv_head` (or
+    // its `slice`).
     // Precondition (check_cached checks it; this runs inside parallel regions, which cannot
     // throw): the view caches every position up to the chunk's last query.
     template <kv::KvView View>
     void attend_block(View const& view, int kv_head, AttentionChunk const& chunk, int block,
-                      float* scratch) const {
+                      float* scratch, HeadSlice slice = {}) const {
         int const head_dim = this->head_dim(), group_size = this->group_size();
+        int const first_head = slice.first;
+        int const end_head = slice.count > 0 ? slice.first + slice.count : group_size;
         int const sliding_window = sliding_window_, kv_tile = this->kv_tile();
         float const scale = score_scale();
         int const q_begin = block * query_block();
@@ -169,7 +181,7 @@ class AttentionKernel {
                                      static_cast<std::size_t>(q_begin + i) * chunk.q_stride +
                                      static_cast<std::size_t>(kv_head) * group_size * head_dim;
                 int const first_row = i * group_size;
-                for_each_tile<band_heads>(0, group_size, [&]<int H>(int g0) {
+                for_each_tile<band_heads>(first_head, end_head, [&]<int H>(int g0) {
                     if (transposed) {
                         band_scores<H>(q_row + g0 * head_dim, keys_t, lo, hi, scale, scores);
                     } else {
@@ -189,7 +201,7 @@ class AttentionKernel {
         for (int i = 0; i < count; ++i) {
             float* out_row = chunk.out + static_cast<std::size_t>(q_begin + i) * chunk.out_stride +
                              static_cast<std::size_t>(kv_head) * group_size * head_dim;
-            for (int g = 0; g < group_size; ++g) {
+            for (int g = first_head; g < end_head; ++g) {
                 int const row = i * group_size + g;
                 float const inverse_sum = 1.0f / sums[row];
                 float const* acc = outputs + row * head_dim;
@@ -406,8 +418,8 @@ struct Attention {
 
     template <kv::KvView View>
     static void attend_block(View const& view, int kv_head, AttentionChunk const& chunk, int block,
-                             float* scratch) {
-        kernel.attend_block(view, kv_head, chunk, block, scratch);
+                             float* scratch, HeadSlice slice = {}) {
+        kernel.attend_block(view, kv_head, chunk, block, scratch, slice);
     }
     template <kv::KvView View>
     static void attend(View const& view, int kv_heads, AttentionChunk const& chunk, int threads,

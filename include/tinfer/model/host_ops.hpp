@@ -160,7 +160,8 @@ class HostOps {
             AttentionTask const task = ws_.tasks[static_cast<std::size_t>(t)];
             SequenceChunk const& chunk = chunks_[static_cast<std::size_t>(task.chunk)];
             attention.attend_block(cache.view(chunk.slot, layer), task.kv_head,
-                                   chunk_of(chunk, task.first_row), task.block, scratch_);
+                                   chunk_of(chunk, task.first_row), task.block, scratch_,
+                                   task.heads);
         }
         if (ws_.wants_attention_scores) {
 #pragma omp single

@@ -344,7 +344,10 @@ class Llama {
         return static_cast<int>(row);
     }
 
-    // The step's attention tasks (chunk, KV head, query block): the same for every layer.
+    // The step's attention tasks (chunk, KV head, query block): the same for every layer. Fewer
+    // tasks than threads (a decode step of a model with one or two KV heads) leave threads idle
+    // at the layer's one serial stretch; each task's group of query heads is then split into
+    // slices, the same bits (kernels::HeadSlice), each slice reading the KV tiles again.
     static void plan_attention(std::span<SequenceChunk const> chunks, Workspace& ws) {
         ws.tasks.clear();
         ws.wants_attention_scores = false;
@@ -354,6 +357,25 @@ class Llama {
                 for (int block = 0; block < blocks; ++block)
                     ws.tasks.push_back({static_cast<int>(c), head, block, row});
             ws.wants_attention_scores |= !chunks[c].attention_scores.empty();
+        }
+        int const tasks = static_cast<int>(ws.tasks.size());
+        int const slices =
+            tasks > 0 ? std::min(local_config.group_size(), (ws.threads() + tasks - 1) / tasks) : 1;
+        if (slices <= 1) return;
+        for (int t = 0; t < tasks; ++t) {
+            AttentionTask const whole = ws.tasks[static_cast<std::size_t>(t)];
+            for (int s = 0; s < slices; ++s) {
+                // Slice s of the group: heads [s * group / slices, (s + 1) * group / slices).
+                int const first = s * local_config.group_size() / slices;
+                int const end = (s + 1) * local_config.group_size() / slices;
+                AttentionTask part = whole;
+                part.heads = {first, end - first};
+                if (s == 0) {
+                    ws.tasks[static_cast<std::size_t>(t)] = part;
+                } else {
+                    ws.tasks.push_back(part);
+                }
+            }
         }
     }
 

@@ -32,7 +32,8 @@ struct AttentionTask {
     int chunk;
     int kv_head;
     int block;
-    std::size_t first_row;  // the chunk's first row in the step's activations
+    std::size_t first_row;          // the chunk's first row in the step's activations
+    kernels::HeadSlice heads = {};  // the KV head's whole group of query heads, or a slice
 };
 
 template <ModelConfig Cfg>
@@ -58,8 +59,9 @@ class Workspace {
         positions.resize(rows);
         slots.resize(rows);
         logit_rows.resize(rows);
-        // At most one chunk per token, each split into query blocks per KV head.
-        tasks.reserve(rows * Cfg.kv_heads);
+        // At most one chunk per token, each split into query blocks per KV head; fewer tasks
+        // than threads are split by query heads into under twice the threads.
+        tasks.reserve(std::max(rows * Cfg.kv_heads, 2 * static_cast<std::size_t>(threads)));
         std::size_t const per_thread = std::max(
             {kernels::linear_scratch_floats(std::max(Cfg.hidden, Cfg.ffn)),
              kernels::linear_scratch_floats(Cfg.q_width()), AttentionFor<Cfg>::scratch_floats});
