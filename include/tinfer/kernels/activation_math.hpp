@@ -116,6 +116,12 @@ inline void dot_rows(Extent auto n, float const* a, float const* b, std::size_t 
     float lanes[R][reduction_lanes] = {};
     int const full = size - size % reduction_lanes;
     for (int k = 0; k < full; k += reduction_lanes) {
+        // Unrolled, so that the R rows' lane sums stay in registers (rolled, GCC kept them on
+        // the stack: a load, a multiply-add and a store per row and step). nvcc's front end
+        // does not know the pragma, and the host code of CUDA files takes no x86 targets.
+#if TINFER_X86_TARGETS && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 16
+#endif
         for (int r = 0; r < R; ++r) {
 #pragma omp simd
             for (int l = 0; l < reduction_lanes; ++l)
