@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <string>
 #include <tuple>
@@ -54,6 +55,10 @@ static_assert(PagedKvCache<presets::qwen25_05b, 8, Fp8E4M3Codec>::bytes_per_toke
 static_assert(KvStore<PagedKvCache<tiny, 16>>);
 static_assert(KvView<PagedKvCache<tiny, 8, Int8Codec, Int4Codec>::View>);
 static_assert(KvStore<ContiguousKvCache<tiny>>);
+// Float storage can also hand attention its rows in place.
+static_assert(KvRowsView<PagedKvCache<tiny, 16>::View>);
+static_assert(KvRowsView<ContiguousKvCache<tiny>::View>);
+static_assert(KvRowsView<FloatKvView>);
 
 // What each test writes, to compare against: [seq][layer][position] -> K and V of all heads.
 struct Written {
@@ -175,6 +180,25 @@ void check_same_floats_as_contiguous(std::uint64_t seed) {
                         BOOST_TEST(std::equal(a.begin(), a.end(), b.begin(),
                                               [](float x, float y) { return bits(x) == bits(y); }));
                     }
+                    // Rows in place: the contiguous cache always has them, the paged one
+                    // exactly where the run stays in one block; both are the floats loaded.
+                    for (int count = 1; first + count <= n; ++count) {
+                        bool const one_block = first % BlockSize + count <= BlockSize;
+                        for (bool keys : {true, false}) {
+                            float const* paged_rows = keys ? pv.key_rows(head, first, count)
+                                                           : pv.value_rows(head, first, count);
+                            float const* contiguous_rows = keys ? cv.key_rows(head, first, count)
+                                                                : cv.value_rows(head, first, count);
+                            BOOST_TEST((paged_rows != nullptr) == one_block);
+                            BOOST_REQUIRE(contiguous_rows != nullptr);
+                            auto const loaded = load(cv, keys, head, first, count);
+                            BOOST_TEST(std::memcmp(contiguous_rows, loaded.data(),
+                                                   loaded.size() * sizeof(float)) == 0);
+                            if (paged_rows)
+                                BOOST_TEST(std::memcmp(paged_rows, loaded.data(),
+                                                       loaded.size() * sizeof(float)) == 0);
+                        }
+                    }
                 }
             }
         }
@@ -204,6 +228,9 @@ BOOST_AUTO_TEST_CASE(quantized_views_return_the_codec_round_trip) {
     for (int layer = 0; layer < tiny.layers; ++layer) {
         auto const view = cache.view(seq, layer);
         for (int head = 0; head < tiny.kv_heads; ++head) {
+            // Quantized rows are never floats in place: attention loads (decodes) them.
+            BOOST_TEST(view.key_rows(head, 0, 4) == nullptr);
+            BOOST_TEST(view.value_rows(head, 16, 16) == nullptr);
             auto const keys = load(view, true, head, 0, 40);
             auto const values = load(view, false, head, 0, 40);
             int mismatches = 0;

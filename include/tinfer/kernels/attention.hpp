@@ -161,12 +161,12 @@ class AttentionKernel {
         bool const transposed = count >= transposed_min_queries;
         for (int tile = first_key / kv_tile * kv_tile; tile <= last_query; tile += kv_tile) {
             int const tile_keys = std::min(kv_tile, last_query + 1 - tile);
-            view.load_keys(kv_head, tile, tile_keys, keys);
-            view.load_values(kv_head, tile, tile_keys, values);
+            float const* const tile_k = key_tile(view, kv_head, tile, tile_keys, keys);
+            float const* const tile_v = value_tile(view, kv_head, tile, tile_keys, values);
             if (transposed) {
                 for (int d = 0; d < head_dim; ++d) {
                     float* row = keys_t + d * padded;
-                    for (int j = 0; j < tile_keys; ++j) row[j] = keys[j * head_dim + d];
+                    for (int j = 0; j < tile_keys; ++j) row[j] = tile_k[j * head_dim + d];
                     std::fill(row + tile_keys, row + padded, 0.0f);
                 }
             }
@@ -186,12 +186,12 @@ class AttentionKernel {
                         band_scores<H>(q_row + g0 * head_dim, keys_t, lo, hi, scale, scores);
                     } else {
                         for (int h = 0; h < H; ++h)
-                            row_scores(q_row + (g0 + h) * head_dim, keys, lo, hi, scale,
+                            row_scores(q_row + (g0 + h) * head_dim, tile_k, lo, hi, scale,
                                        scores + h * padded);
                     }
                     for (int h = 0; h < H; ++h) {
                         int const row = first_row + g0 + h;
-                        fold(scores + h * padded, values, lo, hi, maxima[row], sums[row],
+                        fold(scores + h * padded, tile_v, lo, hi, maxima[row], sums[row],
                              outputs + row * head_dim);
                     }
                 });
@@ -262,6 +262,27 @@ class AttentionKernel {
     static constexpr int transposed_min_queries = 4;
     // Output dimensions a head accumulates at once: four AVX-512 registers.
     static constexpr int row_slice = 64;
+
+    // A tile's keys (values): in place where the view can hand them out (kv::KvRowsView), else
+    // loaded into the scratch `buffer`.
+    template <kv::KvView View>
+    static float const* key_tile(View const& view, int kv_head, int first, int count,
+                                 float* buffer) {
+        if constexpr (kv::KvRowsView<View>) {
+            if (float const* rows = view.key_rows(kv_head, first, count)) return rows;
+        }
+        view.load_keys(kv_head, first, count, buffer);
+        return buffer;
+    }
+    template <kv::KvView View>
+    static float const* value_tile(View const& view, int kv_head, int first, int count,
+                                   float* buffer) {
+        if constexpr (kv::KvRowsView<View>) {
+            if (float const* rows = view.value_rows(kv_head, first, count)) return rows;
+        }
+        view.load_values(kv_head, first, count, buffer);
+        return buffer;
+    }
 
     // scores[h * padded_tile + j] = dot(q_h, k_j) * scale, bitwise, for the band's H query heads
     // (their q rows contiguous from q) and the registers of keys covering lo..hi (keys_t

@@ -36,16 +36,25 @@ class ContiguousKvCache {
         void load_values(int kv_head, int first, int count, float* out) const {
             copy(values_, kv_head, first, count, out);
         }
+        // The same rows in place (kv::KvRowsView): always stored so here.
+        float const* key_rows(int kv_head, int first, int /*count*/) const {
+            return row(keys_, kv_head, first);
+        }
+        float const* value_rows(int kv_head, int first, int /*count*/) const {
+            return row(values_, kv_head, first);
+        }
 
       private:
         friend class ContiguousKvCache;
         View(float const* keys, float const* values, int tokens, int capacity)
             : keys_(keys), values_(values), tokens_(tokens), capacity_(capacity) {}
 
+        float const* row(float const* base, int kv_head, int first) const {
+            return base + (static_cast<std::size_t>(kv_head) * capacity_ + first) * head_dim;
+        }
         void copy(float const* base, int kv_head, int first, int count, float* out) const {
-            float const* from =
-                base + (static_cast<std::size_t>(kv_head) * capacity_ + first) * head_dim;
-            std::memcpy(out, from, static_cast<std::size_t>(count) * head_dim * sizeof(float));
+            std::memcpy(out, row(base, kv_head, first),
+                        static_cast<std::size_t>(count) * head_dim * sizeof(float));
         }
 
         float const* keys_;    // [kv_heads][capacity][head_dim]

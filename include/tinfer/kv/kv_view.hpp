@@ -18,6 +18,16 @@ concept KvView = requires(View const& view, int kv_head, int first, int count, f
     view.load_values(kv_head, first, count, out);   // out: [count][head_dim]
 };
 
+// A view that can also hand out a run of rows in place: float [count][head_dim] where the
+// storage holds them so, or nullptr where it does not (a quantized codec, a run across blocks),
+// and the caller loads them instead. The floats are the ones load_* would copy, so attention
+// gives the same bits either way.
+template <class View>
+concept KvRowsView = KvView<View> && requires(View const& view, int kv_head, int first, int count) {
+    { view.key_rows(kv_head, first, count) } -> std::same_as<float const*>;
+    { view.value_rows(kv_head, first, count) } -> std::same_as<float const*>;
+};
+
 // Storage the model writes into and reads views from. `seq` is the caller's slot for a
 // sequence; the cache owner (engine, scheduler) has already made room for every position the
 // forward pass writes, so append never allocates.
@@ -42,11 +52,20 @@ struct FloatKvView {
     void load_values(int kv_head, int first, int count, float* out) const {
         load(values, kv_head, first, count, out);
     }
+    float const* key_rows(int kv_head, int first, int /*count*/) const {
+        return keys.data() + start(kv_head, first);
+    }
+    float const* value_rows(int kv_head, int first, int /*count*/) const {
+        return values.data() + start(kv_head, first);
+    }
 
   private:
+    std::size_t start(int kv_head, int first) const {
+        return (static_cast<std::size_t>(kv_head) * length + first) * head_dim;
+    }
     void load(std::span<float const> from, int kv_head, int first, int count, float* out) const {
-        std::size_t const start = (static_cast<std::size_t>(kv_head) * length + first) * head_dim;
-        std::copy_n(from.data() + start, static_cast<std::size_t>(count) * head_dim, out);
+        std::copy_n(from.data() + start(kv_head, first), static_cast<std::size_t>(count) * head_dim,
+                    out);
     }
 };
 

@@ -173,11 +173,40 @@ class PagedKvCache {
         void load_values(int kv_head, int first, int count, float* out) const {
             load<VCodec, value_vector_bytes>(value_offset(layer_, kv_head, 0), first, count, out);
         }
+        // The same rows in place (kv::KvRowsView) where the codec stores floats and the run
+        // lies in one held block; nullptr otherwise.
+        float const* key_rows(int kv_head, int first, int count) const {
+            return rows_in_place<KCodec, key_vector_bytes>(key_offset(layer_, kv_head, 0), first,
+                                                           count);
+        }
+        float const* value_rows(int kv_head, int first, int count) const {
+            return rows_in_place<VCodec, value_vector_bytes>(value_offset(layer_, kv_head, 0),
+                                                             first, count);
+        }
 
       private:
         friend class PagedKvCache;
         View(std::byte const* storage, std::span<BlockId const> table, int tokens, int layer)
             : storage_(storage), table_(table), tokens_(tokens), layer_(layer) {}
+
+        template <class Codec, std::size_t VectorBytes>
+        float const* rows_in_place(std::size_t head_offset, int first, int count) const {
+            if constexpr (!std::same_as<Codec, Fp32Codec>) {
+                return nullptr;
+            } else {
+                int const slot = first % BlockSize;
+                if (count <= 0 || slot + count > BlockSize) return nullptr;
+                BlockId const block =
+                    table_[static_cast<std::size_t>(first / BlockSize) * group_count +
+                           static_cast<std::size_t>(group_of(layer_))];
+                if constexpr (has_sliding) {
+                    if (block == dropped) return nullptr;
+                }
+                return reinterpret_cast<float const*>(
+                    storage_ + static_cast<std::size_t>(block) * bytes_per_block + head_offset +
+                    static_cast<std::size_t>(slot) * VectorBytes);
+            }
+        }
 
         // out: [count][head_dim], tokens first .. first+count-1 of this head.
         template <class Codec, std::size_t VectorBytes>
