@@ -160,6 +160,21 @@ inline std::int64_t int8_macs_avx2(std::int64_t steps, int& sink) {
 }
 TINFER_END_TARGET_AVX2
 #endif
+
+// GMAC/s of run(sink), which returns the multiply-accumulates it did, on `threads` threads at
+// once (the median of 5).
+template <class Run>
+double parallel_gmacs(int threads, Run&& run) {
+    int sink = 0;
+    std::int64_t macs = 0;
+    double const seconds = median_seconds(5, [&] {
+        macs = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : macs, sink)
+        macs += run(sink);
+    });
+    if (sink == 42) std::fputc(' ', stderr);  // keeps the sums alive
+    return static_cast<double>(macs) / seconds / 1e9;
+}
 }  // namespace detail
 
 // Sustained int8 multiply-accumulate rate (GMAC/s) of the instruction sequence the int8 strips
@@ -170,16 +185,10 @@ inline double measured_int8_gmacs(int threads) {
     kernels::Isa const isa = kernels::running_isa();
     if (isa == kernels::Isa::portable) return 0;
     constexpr std::int64_t steps = std::int64_t{1} << 24;
-    int sink = 0;
-    std::int64_t macs = 0;
-    double const seconds = median_seconds(5, [&] {
-        macs = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : macs, sink)
-        macs += isa == kernels::Isa::avx512 ? detail::int8_macs_avx512(steps, sink)
-                                            : detail::int8_macs_avx2(steps, sink);
+    return detail::parallel_gmacs(threads, [&](int& sink) {
+        return isa == kernels::Isa::avx512 ? detail::int8_macs_avx512(steps, sink)
+                                           : detail::int8_macs_avx2(steps, sink);
     });
-    if (sink == 42) std::fputc(' ', stderr);  // keeps the sums alive
-    return static_cast<double>(macs) / seconds / 1e9;
 #else
     (void)threads;
     return 0;
@@ -193,15 +202,8 @@ inline double measured_int8_panel_gmacs(int threads) {
 #if TINFER_X86_TARGETS
     if (kernels::running_isa() != kernels::Isa::avx512) return 0;
     constexpr std::int64_t steps = std::int64_t{1} << 22;
-    int sink = 0;
-    std::int64_t macs = 0;
-    double const seconds = median_seconds(5, [&] {
-        macs = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : macs, sink)
-        macs += detail::int8_panel_step_macs_avx512(steps, sink);
-    });
-    if (sink == 42) std::fputc(' ', stderr);
-    return static_cast<double>(macs) / seconds / 1e9;
+    return detail::parallel_gmacs(
+        threads, [&](int& sink) { return detail::int8_panel_step_macs_avx512(steps, sink); });
 #else
     (void)threads;
     return 0;

@@ -59,6 +59,8 @@ static_assert(KvStore<ContiguousKvCache<tiny>>);
 static_assert(KvRowsView<PagedKvCache<tiny, 16>::View>);
 static_assert(KvRowsView<ContiguousKvCache<tiny>::View>);
 static_assert(KvRowsView<FloatKvView>);
+static_assert(AlwaysInPlaceRows<ContiguousKvCache<tiny>::View> && AlwaysInPlaceRows<FloatKvView>);
+static_assert(!AlwaysInPlaceRows<PagedKvCache<tiny, 16>::View>);
 
 // What each test writes, to compare against: [seq][layer][position] -> K and V of all heads.
 struct Written {

@@ -161,8 +161,8 @@ class AttentionKernel {
         bool const transposed = count >= transposed_min_queries;
         for (int tile = first_key / kv_tile * kv_tile; tile <= last_query; tile += kv_tile) {
             int const tile_keys = std::min(kv_tile, last_query + 1 - tile);
-            float const* const tile_k = key_tile(view, kv_head, tile, tile_keys, keys);
-            float const* const tile_v = value_tile(view, kv_head, tile, tile_keys, values);
+            float const* const tile_k = tile_rows<true>(view, kv_head, tile, tile_keys, keys);
+            float const* const tile_v = tile_rows<false>(view, kv_head, tile, tile_keys, values);
             if (transposed) {
                 for (int d = 0; d < head_dim; ++d) {
                     float* row = keys_t + d * padded;
@@ -263,25 +263,27 @@ class AttentionKernel {
     // Output dimensions a head accumulates at once: four AVX-512 registers.
     static constexpr int row_slice = 64;
 
-    // A tile's keys (values): in place where the view can hand them out (kv::KvRowsView), else
-    // loaded into the scratch `buffer`.
-    template <kv::KvView View>
-    static float const* key_tile(View const& view, int kv_head, int first, int count,
-                                 float* buffer) {
-        if constexpr (kv::KvRowsView<View>) {
-            if (float const* rows = view.key_rows(kv_head, first, count)) return rows;
+    // A tile's keys (Keys) or values: in place where the view can hand them out
+    // (kv::KvRowsView), else loaded into the scratch `buffer`.
+    template <bool Keys, kv::KvView View>
+    static float const* tile_rows(View const& view, int kv_head, int first, int count,
+                                  float* buffer) {
+        if constexpr (kv::AlwaysInPlaceRows<View>) {
+            return Keys ? view.key_rows(kv_head, first, count)
+                        : view.value_rows(kv_head, first, count);
+        } else {
+            if constexpr (kv::KvRowsView<View>) {
+                float const* rows = Keys ? view.key_rows(kv_head, first, count)
+                                         : view.value_rows(kv_head, first, count);
+                if (rows) return rows;
+            }
+            if constexpr (Keys) {
+                view.load_keys(kv_head, first, count, buffer);
+            } else {
+                view.load_values(kv_head, first, count, buffer);
+            }
+            return buffer;
         }
-        view.load_keys(kv_head, first, count, buffer);
-        return buffer;
-    }
-    template <kv::KvView View>
-    static float const* value_tile(View const& view, int kv_head, int first, int count,
-                                   float* buffer) {
-        if constexpr (kv::KvRowsView<View>) {
-            if (float const* rows = view.value_rows(kv_head, first, count)) return rows;
-        }
-        view.load_values(kv_head, first, count, buffer);
-        return buffer;
     }
 
     // scores[h * padded_tile + j] = dot(q_h, k_j) * scale, bitwise, for the band's H query heads

@@ -37,6 +37,7 @@ class ContiguousKvCache {
             copy(values_, kv_head, first, count, out);
         }
         // The same rows in place (kv::KvRowsView): always stored so here.
+        static constexpr bool rows_always_in_place = true;
         float const* key_rows(int kv_head, int first, int /*count*/) const {
             return row(keys_, kv_head, first);
         }

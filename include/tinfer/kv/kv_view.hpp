@@ -28,6 +28,12 @@ concept KvRowsView = KvView<View> && requires(View const& view, int kv_head, int
     { view.value_rows(kv_head, first, count) } -> std::same_as<float const*>;
 };
 
+// A KvRowsView whose rows are always in place (never nullptr): attention compiles no copy for it.
+template <class View>
+concept AlwaysInPlaceRows = KvRowsView<View> && requires {
+    requires View::rows_always_in_place;
+};
+
 // Storage the model writes into and reads views from. `seq` is the caller's slot for a
 // sequence; the cache owner (engine, scheduler) has already made room for every position the
 // forward pass writes, so append never allocates.
@@ -52,6 +58,8 @@ struct FloatKvView {
     void load_values(int kv_head, int first, int count, float* out) const {
         load(values, kv_head, first, count, out);
     }
+    // The same rows in place (KvRowsView), always.
+    static constexpr bool rows_always_in_place = true;
     float const* key_rows(int kv_head, int first, int /*count*/) const {
         return keys.data() + start(kv_head, first);
     }
