@@ -164,19 +164,12 @@ inline void store_output(float* y, std::size_t y_stride, int token, int row, flo
     out = store == Store::accumulate ? out + value : value;
 }
 
-// One token's outputs of a strip into y_row [0, rows), = or += by `store`. A full strip's count
-// is a compile-time constant, so that it is one vector store: with the count known only at run
-// time GCC emitted `rep movs`, whose start-up cost per 16 floats was 2% of a Gemma 3 decode step
-// (its LM head has 16,384 strips).
-inline void store_strip_outputs(float* __restrict y_row, float const (&out)[int8_strip_rows],
-                                int rows, Store store) {
-    auto const put = [&](int count) {
-        if (store == Store::accumulate) {
-            for (int r = 0; r < count; ++r) y_row[r] += out[r];
-        } else {
-            for (int r = 0; r < count; ++r) y_row[r] = out[r];
-        }
-    };
+// put(count) for a strip's `rows` outputs, a full strip's count a compile-time constant once
+// inlined, so that put's loops vectorize: with the count known only at run time GCC emitted
+// `rep movs` for the stores, whose start-up cost per 16 floats was 2% of a Gemma 3 decode step
+// (its LM head has 16,384 strips), and a call per element for the gate's activation.
+template <class Put>
+inline void for_strip_rows(int rows, Put&& put) {
     if (rows == int8_strip_rows) {
         put(int8_strip_rows);
     } else {
@@ -184,19 +177,25 @@ inline void store_strip_outputs(float* __restrict y_row, float const (&out)[int8
     }
 }
 
-// The gated pair's outputs of one token and strip: act(g) * u into row [0, rows), a full strip
-// with a compile-time count so that the activation's loop vectorizes (store_strip_outputs).
+// One token's outputs of a strip into y_row [0, rows), = or += by `store`.
+inline void store_strip_outputs(float* __restrict y_row, float const (&out)[int8_strip_rows],
+                                int rows, Store store) {
+    for_strip_rows(rows, [&](int count) {
+        if (store == Store::accumulate) {
+            for (int r = 0; r < count; ++r) y_row[r] += out[r];
+        } else {
+            for (int r = 0; r < count; ++r) y_row[r] = out[r];
+        }
+    });
+}
+
+// The gated pair's outputs of one token and strip: act(g) * u into row [0, rows).
 template <GateActivation Activation>
 inline void combine_strip_outputs(float* __restrict row, float const (&g)[int8_strip_rows],
                                   float const (&u)[int8_strip_rows], int rows) {
-    auto const put = [&](int count) {
+    for_strip_rows(rows, [&](int count) {
         for (int r = 0; r < count; ++r) row[r] = Activation::apply(g[r]) * u[r];
-    };
-    if (rows == int8_strip_rows) {
-        put(int8_strip_rows);
-    } else {
-        put(rows);
-    }
+    });
 }
 
 // Strip `strip` of an int8-strip matrix times tokens [first, last): emit(t0, out[T][16]) per
