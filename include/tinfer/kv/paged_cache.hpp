@@ -194,32 +194,37 @@ class PagedKvCache {
             if constexpr (!std::same_as<Codec, Fp32Codec>) {
                 return nullptr;
             } else {
-                int const slot = first % BlockSize;
-                if (count <= 0 || slot + count > BlockSize) return nullptr;
-                BlockId const block =
-                    table_[static_cast<std::size_t>(first / BlockSize) * group_count +
-                           static_cast<std::size_t>(group_of(layer_))];
+                if (count <= 0 || first % BlockSize + count > BlockSize) return nullptr;
+                BlockId const block = block_at(first);
                 if constexpr (has_sliding) {
                     if (block == dropped) return nullptr;
                 }
                 return reinterpret_cast<float const*>(
-                    storage_ + static_cast<std::size_t>(block) * bytes_per_block + head_offset +
-                    static_cast<std::size_t>(slot) * VectorBytes);
+                    vector_at<VectorBytes>(block, head_offset, first));
             }
+        }
+
+        // The physical block holding `position` in this layer's group (`dropped` where a
+        // sliding group released it), and position's vector of one head in that block.
+        BlockId block_at(int position) const {
+            return table_[static_cast<std::size_t>(position / BlockSize) * group_count +
+                          static_cast<std::size_t>(group_of(layer_))];
+        }
+        template <std::size_t VectorBytes>
+        std::byte const* vector_at(BlockId block, std::size_t head_offset, int position) const {
+            return storage_ + static_cast<std::size_t>(block) * bytes_per_block + head_offset +
+                   static_cast<std::size_t>(position % BlockSize) * VectorBytes;
         }
 
         // out: [count][head_dim], tokens first .. first+count-1 of this head.
         template <class Codec, std::size_t VectorBytes>
         void load(std::size_t head_offset, int first, int count, float* out) const {
-            int const group = group_of(layer_);
             int position = first;
             int const end = first + count;
             while (position < end) {
-                int const slot = position % BlockSize;
-                int const run = std::min(end - position, BlockSize - slot);  // within one block
-                BlockId const block =
-                    table_[static_cast<std::size_t>(position / BlockSize) * group_count +
-                           static_cast<std::size_t>(group)];
+                // The rest of the run within one block.
+                int const run = std::min(end - position, BlockSize - position % BlockSize);
+                BlockId const block = block_at(position);
                 if constexpr (has_sliding) {
                     if (block == dropped) {
                         std::fill_n(out, static_cast<std::size_t>(run) * Cfg.head_dim, 0.0f);
@@ -228,9 +233,7 @@ class PagedKvCache {
                         continue;
                     }
                 }
-                std::byte const* vector =
-                    storage_ + static_cast<std::size_t>(block) * bytes_per_block + head_offset +
-                    static_cast<std::size_t>(slot) * VectorBytes;
+                std::byte const* vector = vector_at<VectorBytes>(block, head_offset, position);
                 // head_dim at run time: the static form measured 0.87-0.99x this one on decode
                 // through every codec at head_dim 64/128/256 (bench/specialization,
                 // docs/specialization.md), so one decode per codec serves every shape.
