@@ -220,6 +220,12 @@ BOOST_AUTO_TEST_CASE(mqa_head_dim_256_gemma3_shape) {
     check_attention<256, 4, 0, 1>(6);
     check_attention<256, 4, 37, 1>(7);
 }
+// head_dim not a multiple of 16: the last dimensions go through the score chains' and the key
+// transpose's remainder paths, sliding and global.
+BOOST_AUTO_TEST_CASE(head_dim_not_a_multiple_of_16) {
+    check_attention<44, 3, 0>(11);
+    check_attention<90, 2, 37>(12);
+}
 BOOST_AUTO_TEST_CASE(query_pre_attn_scalar) {
     check_attention<64, 2, 0, 1, 144>(8);
 }

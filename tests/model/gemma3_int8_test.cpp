@@ -5,6 +5,7 @@
 // the int8 path, bitwise (alone, in pieces, batched with another prompt).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <span>
 #include <vector>
@@ -29,11 +30,16 @@ using Int8 = tinfer::kernels::Int8Activations;
 using Float32 = tinfer::kernels::Float32Activations;
 constexpr int vocab = gemma3.vocab;
 
-// Bounds as SmolLM2's (int8_precision_test.cpp); measured on this prompt (64 positions,
-// 2026-12-01): mean KL 0.0030 nats, worst 0.013, top-1 64 / 64.
+// Bounds as SmolLM2's (int8_precision_test.cpp); measured on this prompt (48 positions,
+// 2026-12-05): mean KL 0.0030 nats, worst 0.017. Top-1 is asserted where float32's choice is
+// not a near-tie, as SmolLM2's reference check does: its margin over the runner-up above 2% of
+// the position's largest logit. Random tokens make near-ties common (22 of 48 positions here
+// by that rule; the 4 where int8 picks the runner-up have margins 0.005-0.055, where int8 moves
+// a logit by up to 0.5), and which side of such a tie each path lands on turns on rounding: an
+// order change inside attention's softmax sum took the count of all 48 from 46 to 44.
 constexpr double mean_kl_bound = 0.01;
 constexpr double max_kl_bound = 0.1;
-constexpr double top1_agreement_bound = 0.95;
+constexpr double near_tie_share = 0.02;
 
 namespace {
 
@@ -71,7 +77,7 @@ BOOST_AUTO_TEST_CASE(int8_stays_close_to_float32) {
     std::vector<float> const quantized = all_logits<Int8>(f, prompt);
     int const n = static_cast<int>(prompt.size());
     double kl_sum = 0, kl_max = 0;
-    int agree = 0;
+    int agree = 0, decisive = 0, decisive_agree = 0;
     for (int t = 0; t < n; ++t) {
         std::span<float const> const a(exact.data() + static_cast<std::size_t>(t) * vocab, vocab);
         std::span<float const> const b(quantized.data() + static_cast<std::size_t>(t) * vocab,
@@ -80,14 +86,26 @@ BOOST_AUTO_TEST_CASE(int8_stays_close_to_float32) {
         double const kl = tt::kl_divergence(a, b);
         kl_sum += kl;
         kl_max = std::max(kl_max, kl);
-        agree += std::max_element(a.begin(), a.end()) ==
-                 a.begin() + (std::max_element(b.begin(), b.end()) - b.begin());
+        auto const top = std::max_element(a.begin(), a.end());
+        bool const same = top - a.begin() == std::max_element(b.begin(), b.end()) - b.begin();
+        agree += same;
+        float runner_up = -std::numeric_limits<float>::infinity(), largest = 0;
+        for (auto it = a.begin(); it != a.end(); ++it) {
+            if (it != top) runner_up = std::max(runner_up, *it);
+            largest = std::max(largest, std::abs(*it));
+        }
+        if (*top - runner_up > near_tie_share * largest) {
+            ++decisive;
+            decisive_agree += same;
+        }
     }
     BOOST_TEST_MESSAGE("mean KL " << kl_sum / n << ", worst " << kl_max << ", top-1 " << agree
-                                  << " / " << n);
+                                  << " / " << n << ", where not a near-tie " << decisive_agree
+                                  << " / " << decisive);
     BOOST_TEST(kl_sum / n <= mean_kl_bound);
     BOOST_TEST(kl_max <= max_kl_bound);
-    BOOST_TEST(agree >= top1_agreement_bound * n);
+    BOOST_TEST(decisive >= n / 3, decisive << " of " << n << " positions are not near-ties");
+    BOOST_TEST(decisive_agree == decisive);
 }
 
 BOOST_AUTO_TEST_CASE(int8_is_batch_invariant_bitwise) {

@@ -58,6 +58,125 @@ struct HeadSlice {
     int count = 0;
 };
 
+namespace detail {
+
+// Sixteen lanes of floats, the unit of prefill attention's inner loops: sixteen keys' partial
+// scores (band_scores) or sixteen dimensions of a value row and of the outputs (fold). An
+// AVX-512 register where the build has one, else sixteen floats in loops the compiler
+// vectorizes. GCC's own vectorization of these loops reloaded the shared row (of keys, of
+// values) from memory for every head's multiply-add; load_lanes keeps it in a register. Both
+// forms add the same products in the same order as kernels::dot and the scalar loops they
+// replace, as a multiply and an add that the compiler contracts (or not) as it does those loops,
+// so their bits agree at every optimization level (the tests build at -O1, where none is fused).
+#if TINFER_X86_TARGETS && defined(__AVX512F__)
+using Lanes = __m512;
+inline Lanes zero_lanes() {
+    return _mm512_setzero_ps();
+}
+inline Lanes load_lanes(float const* from) {
+    Lanes row = _mm512_loadu_ps(from);
+    // An empty asm that "changes" the register, so GCC cannot fold the load into its users.
+    asm("" : "+v"(row));
+    return row;
+}
+inline void store_lanes(float* to, Lanes a) {
+    _mm512_storeu_ps(to, a);
+}
+inline Lanes multiply_add_lanes(float x, Lanes row, Lanes sum) {
+    return _mm512_add_ps(sum, _mm512_mul_ps(_mm512_set1_ps(x), row));
+}
+inline Lanes add_lanes(Lanes a, Lanes b) {
+    return _mm512_add_ps(a, b);
+}
+inline Lanes scale_lanes(Lanes a, float scale) {
+    return _mm512_mul_ps(a, _mm512_set1_ps(scale));
+}
+#else
+struct Lanes {
+    float lane[16];
+};
+inline Lanes zero_lanes() {
+    return {};
+}
+inline Lanes load_lanes(float const* from) {
+    Lanes row;
+    std::copy_n(from, 16, row.lane);
+    return row;
+}
+inline void store_lanes(float* to, Lanes a) {
+    std::copy_n(a.lane, 16, to);
+}
+inline Lanes multiply_add_lanes(float x, Lanes row, Lanes sum) {
+#pragma omp simd
+    for (int l = 0; l < 16; ++l) sum.lane[l] += x * row.lane[l];
+    return sum;
+}
+inline Lanes add_lanes(Lanes a, Lanes b) {
+#pragma omp simd
+    for (int l = 0; l < 16; ++l) a.lane[l] += b.lane[l];
+    return a;
+}
+inline Lanes scale_lanes(Lanes a, float scale) {
+#pragma omp simd
+    for (int l = 0; l < 16; ++l) a.lane[l] *= scale;
+    return a;
+}
+#endif
+
+// keys_t[d * padded + j] = keys[j * head_dim + d] for `count` keys, and 0 for count <= j <
+// padded (a multiple of 16). Blocks of 16 keys x 16 dimensions go through sixteen AVX-512
+// registers where the build has them: the scalar copy, one strided load per element, was 15% of
+// SmolLM2's prefill attention (a 64-key tile per block of 21 queries).
+inline void transpose_keys(float const* keys, int count, int head_dim, float* keys_t, int padded) {
+    int d0 = 0;
+#if TINFER_X86_TARGETS && defined(__AVX512F__)
+    for (; d0 + 16 <= head_dim; d0 += 16) {
+        for (int j0 = 0; j0 < padded; j0 += 16) {
+            __m512 r[16];
+            for (int i = 0; i < 16; ++i)
+                r[i] = j0 + i < count ? _mm512_loadu_ps(keys + (j0 + i) * head_dim + d0)
+                                      : _mm512_setzero_ps();
+            // Within each 128-bit quarter: rows interleaved by element, then by pairs, so r[4k + m]
+            // holds element 4q + m of rows 4k .. 4k + 3 in quarter q; then the quarters are
+            // gathered across registers: row o of the result is element o of the sixteen rows.
+            __m512 t[16];
+            for (int i = 0; i < 16; i += 2) {
+                t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+                t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+            }
+            for (int k = 0; k < 16; k += 4) {
+                for (int e = 0; e < 2; ++e) {
+                    __m512d const a = _mm512_castps_pd(t[k + e]),
+                                  b = _mm512_castps_pd(t[k + e + 2]);
+                    r[k + 2 * e] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+                    r[k + 2 * e + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+                }
+            }
+            for (int m = 0; m < 4; ++m) {
+                __m512 const low01 = _mm512_shuffle_f32x4(r[m], r[m + 4], 0x44);
+                __m512 const low23 = _mm512_shuffle_f32x4(r[m + 8], r[m + 12], 0x44);
+                __m512 const high01 = _mm512_shuffle_f32x4(r[m], r[m + 4], 0xee);
+                __m512 const high23 = _mm512_shuffle_f32x4(r[m + 8], r[m + 12], 0xee);
+                constexpr int even = _MM_SHUFFLE(2, 0, 2, 0), odd = _MM_SHUFFLE(3, 1, 3, 1);
+                float* out = keys_t + (d0 + m) * padded + j0;
+                _mm512_storeu_ps(out, _mm512_shuffle_f32x4(low01, low23, even));
+                _mm512_storeu_ps(out + 4 * padded, _mm512_shuffle_f32x4(low01, low23, odd));
+                _mm512_storeu_ps(out + 8 * padded, _mm512_shuffle_f32x4(high01, high23, even));
+                _mm512_storeu_ps(out + 12 * padded, _mm512_shuffle_f32x4(high01, high23, odd));
+            }
+        }
+    }
+#endif
+    for (; d0 < head_dim; ++d0) {
+        float* row = keys_t + static_cast<std::size_t>(d0) * padded;
+        float const* column = keys + d0;
+        for (int j = 0; j < count; ++j) row[j] = column[static_cast<std::size_t>(j) * head_dim];
+        std::fill(row + count, row + padded, 0.0f);
+    }
+}
+
+}  // namespace detail
+
 // The largest head a DynamicExtent head_dim may have (a query's output row lives on the stack).
 inline constexpr int max_dynamic_attention_head_dim = 512;
 
@@ -163,13 +282,7 @@ class AttentionKernel {
             int const tile_keys = std::min(kv_tile, last_query + 1 - tile);
             float const* const tile_k = tile_rows<true>(view, kv_head, tile, tile_keys, keys);
             float const* const tile_v = tile_rows<false>(view, kv_head, tile, tile_keys, values);
-            if (transposed) {
-                for (int d = 0; d < head_dim; ++d) {
-                    float* row = keys_t + d * padded;
-                    for (int j = 0; j < tile_keys; ++j) row[j] = tile_k[j * head_dim + d];
-                    std::fill(row + tile_keys, row + padded, 0.0f);
-                }
-            }
+            if (transposed) detail::transpose_keys(tile_k, tile_keys, head_dim, keys_t, padded);
             for (int i = 0; i < count; ++i) {
                 int const position = first_query + i;
                 // This query's keys within the tile, tile-relative and inclusive.
@@ -189,11 +302,9 @@ class AttentionKernel {
                             row_scores(q_row + (g0 + h) * head_dim, tile_k, lo, hi, scale,
                                        scores + h * padded);
                     }
-                    for (int h = 0; h < H; ++h) {
-                        int const row = first_row + g0 + h;
-                        fold(scores + h * padded, tile_v, lo, hi, maxima[row], sums[row],
-                             outputs + row * head_dim);
-                    }
+                    int const row = first_row + g0;
+                    fold<H>(scores, tile_v, lo, hi, maxima + row, sums + row,
+                            outputs + row * head_dim);
                 });
             }
         }
@@ -297,46 +408,46 @@ class AttentionKernel {
                      float* scores) const {
         int const head_dim = this->head_dim(), padded = padded_tile();
         int const full = head_dim - head_dim % reduction_lanes;
+        using detail::Lanes, detail::zero_lanes, detail::load_lanes, detail::multiply_add_lanes,
+            detail::add_lanes;
+        // The chains of residues base and base + 8 for every head of the band, added: sum_lanes'
+        // first level. Each row of keys is loaded once for the band's H multiply-adds.
+        auto const residue_pair = [&](int j0, int base, Lanes(&level8)[H]) {
+            Lanes chain[H][2];
+            for (int h = 0; h < H; ++h) chain[h][0] = chain[h][1] = zero_lanes();
+            auto const step = [&](int d, int r) {
+                Lanes const row = load_lanes(keys_t + d * padded + j0);
+                for (int h = 0; h < H; ++h)
+                    chain[h][r] = multiply_add_lanes(q[h * head_dim + d], row, chain[h][r]);
+            };
+            for (int k = 0; k < full; k += reduction_lanes) {
+                step(k + base, 0);
+                step(k + base + 8, 1);
+            }
+            if (full + base < head_dim) step(full + base, 0);
+            if (full + base + 8 < head_dim) step(full + base + 8, 1);
+            for (int h = 0; h < H; ++h) level8[h] = add_lanes(chain[h][0], chain[h][1]);
+        };
         for (int j0 = lo / key_lanes * key_lanes; j0 <= hi; j0 += key_lanes) {
-            float sums[H][reduction_lanes][key_lanes];  // [head][residue][key]
-            for (int m = 0; m < reduction_lanes; m += 2) {
-                float chain[H][2][key_lanes] = {};
-                for (int k = 0; k < full; k += reduction_lanes) {
-                    for (int r = 0; r < 2; ++r) {
-                        float const* row = keys_t + (k + m + r) * padded + j0;
-                        for (int h = 0; h < H; ++h) {
-                            float const x = q[h * head_dim + k + m + r];
-#pragma omp simd
-                            for (int l = 0; l < key_lanes; ++l) chain[h][r][l] += x * row[l];
-                        }
-                    }
+            // Residues in the order the tree consumes them (0 and 8, 4 and 12, 2 and 10, ...),
+            // each level's sum formed as soon as both its halves exist: no level on the stack.
+            Lanes level2[2][H];
+            for (int half = 0; half < 2; ++half) {
+                Lanes level4[2][H];
+                for (int quarter = 0; quarter < 2; ++quarter) {
+                    int const m = half + 2 * quarter;
+                    Lanes level8[2][H];
+                    residue_pair(j0, m, level8[0]);
+                    residue_pair(j0, m + 4, level8[1]);
+                    for (int h = 0; h < H; ++h)
+                        level4[quarter][h] = add_lanes(level8[0][h], level8[1][h]);
                 }
-                for (int r = 0; r < 2; ++r) {
-                    int const d = full + m + r;
-                    float const* row = keys_t + d * padded + j0;
-                    for (int h = 0; h < H; ++h) {
-                        if (d < head_dim) {
-                            float const x = q[h * head_dim + d];
-#pragma omp simd
-                            for (int l = 0; l < key_lanes; ++l) chain[h][r][l] += x * row[l];
-                        }
-#pragma omp simd
-                        for (int l = 0; l < key_lanes; ++l) sums[h][m + r][l] = chain[h][r][l];
-                    }
-                }
+                for (int h = 0; h < H; ++h) level2[half][h] = add_lanes(level4[0][h], level4[1][h]);
             }
-            for (int h = 0; h < H; ++h) {
-                // sum_lanes' tree, each level on whole registers of 16 keys.
-                for (int width = reduction_lanes / 2; width > 0; width /= 2) {
-                    for (int m = 0; m < width; ++m) {
-#pragma omp simd
-                        for (int l = 0; l < key_lanes; ++l) sums[h][m][l] += sums[h][m + width][l];
-                    }
-                }
-                float* out = scores + h * padded + j0;
-#pragma omp simd
-                for (int l = 0; l < key_lanes; ++l) out[l] = sums[h][0][l] * scale;
-            }
+            for (int h = 0; h < H; ++h)
+                detail::store_lanes(
+                    scores + h * padded + j0,
+                    detail::scale_lanes(add_lanes(level2[0][h], level2[1][h]), scale));
         }
     }
 
@@ -359,58 +470,94 @@ class AttentionKernel {
         for (; j <= hi; ++j) scores[j] = dot(head_dim_, q, keys + j * head_dim) * scale;
     }
 
-    // Folds the scores of keys lo..hi of the tile into one query head's online softmax state.
-    // The weights exp2(score - maximum) are computed for the whole range first, in a loop the
-    // compiler vectorizes (fast_exp2), then added into the output row.
-    void fold(float* scores, float const* values, int lo, int hi, float& maximum, float& sum,
-              float* acc) const {
-        int const head_dim = this->head_dim();
-        float tile_maximum = negative_infinity;
-        for (int j = lo; j <= hi; ++j) tile_maximum = std::max(tile_maximum, scores[j]);
+    // Turns one query head's scores of keys lo..hi of the tile into weights exp2(score -
+    // maximum) in place, updating its running maximum and sum; returns the factor that rescales
+    // what its output row accumulated so far. The maximum, the weights and their sum run over
+    // whole registers of 16 keys (from lo's register; a scores row is padded_tile long), the keys
+    // outside lo..hi masked: a scalar maximum and a scalar sum, one dependent add per key, were a
+    // quarter of prefill's fold. The sum adds key j into lane j % 16 in increasing j, then
+    // sum_lanes' tree: an order fixed by lo and hi alone, so a query's bits still do not depend
+    // on its block.
+    static float weigh(float* scores, int lo, int hi, float& maximum, float& sum) {
+        int const first_register = lo / key_lanes * key_lanes;
+        float lane_maxima[key_lanes];
+        std::fill_n(lane_maxima, key_lanes, negative_infinity);
+        for (int j0 = first_register; j0 <= hi; j0 += key_lanes) {
+#pragma omp simd
+            for (int l = 0; l < key_lanes; ++l) {
+                int const j = j0 + l;
+                float const score = j >= lo && j <= hi ? scores[j] : negative_infinity;
+                lane_maxima[l] = std::max(lane_maxima[l], score);
+            }
+        }
+        float const tile_maximum = *std::max_element(lane_maxima, lane_maxima + key_lanes);
         float const new_maximum = std::max(maximum, tile_maximum);
         // Rescales what was accumulated against the old maximum; exp2(-inf) = 0 on the first tile.
         float const correction = fast_exp2(maximum - new_maximum);
+        float lane_sums[reduction_lanes] = {};
+        for (int j0 = first_register; j0 <= hi; j0 += key_lanes) {
 #pragma omp simd
-        for (int j = lo; j <= hi; ++j) scores[j] = fast_exp2(scores[j] - new_maximum);
-        // The output row in slices of row_slice dimensions, all keys per slice: a slice of a
-        // constant width stays in registers (a whole row of 256 was kept on the stack, a load and
-        // a store around every multiply-add). Each dimension still adds its keys in order.
+            for (int l = 0; l < key_lanes; ++l) {
+                int const j = j0 + l;
+                float const weight = j >= lo && j <= hi ? fast_exp2(scores[j] - new_maximum) : 0.0f;
+                scores[j] = weight;
+                lane_sums[l] += weight;
+            }
+        }
+        sum = sum * correction + sum_lanes(lane_sums);
+        maximum = new_maximum;
+        return correction;
+    }
+
+    // Folds the scores of keys lo..hi of the tile into the online softmax states of a band of H
+    // query heads of one query (scores rows padded_tile apart, states and output rows
+    // consecutive). The output rows go in slices of row_slice dimensions, all keys per slice, the
+    // band's heads together: each value row is loaded once for the H heads, and a slice of a
+    // constant width stays in registers. Each dimension of each head still adds its keys in
+    // order.
+    template <int H>
+    void fold(float* scores, float const* values, int lo, int hi, float* maxima, float* sums,
+              float* acc) const {
+        using detail::Lanes, detail::load_lanes, detail::multiply_add_lanes;
+        int const head_dim = this->head_dim(), padded = padded_tile();
+        float correction[H];
+        for (int h = 0; h < H; ++h)
+            correction[h] = weigh(scores + h * padded, lo, hi, maxima[h], sums[h]);
+        constexpr int slice_registers = row_slice / key_lanes;
         int d0 = 0;
         for (; d0 + row_slice <= head_dim; d0 += row_slice) {
-            // [register][lane]: one simd loop per register, the form GCC keeps in registers.
-            float row[row_slice / key_lanes][key_lanes];
-            for (int r = 0; r < row_slice / key_lanes; ++r) {
-#pragma omp simd
-                for (int l = 0; l < key_lanes; ++l)
-                    row[r][l] = acc[d0 + r * key_lanes + l] * correction;
-            }
+            Lanes row[H][slice_registers];
+            for (int h = 0; h < H; ++h)
+                for (int r = 0; r < slice_registers; ++r)
+                    row[h][r] = detail::scale_lanes(
+                        load_lanes(acc + h * head_dim + d0 + r * key_lanes), correction[h]);
             for (int j = lo; j <= hi; ++j) {
-                float const p = scores[j];
-                float const* v = values + j * head_dim + d0;
-                for (int r = 0; r < row_slice / key_lanes; ++r) {
-#pragma omp simd
-                    for (int l = 0; l < key_lanes; ++l) row[r][l] += p * v[r * key_lanes + l];
+                Lanes v[slice_registers];
+                for (int r = 0; r < slice_registers; ++r)
+                    v[r] = load_lanes(values + j * head_dim + d0 + r * key_lanes);
+                for (int h = 0; h < H; ++h) {
+                    float const p = scores[h * padded + j];
+                    for (int r = 0; r < slice_registers; ++r)
+                        row[h][r] = multiply_add_lanes(p, v[r], row[h][r]);
                 }
             }
-            for (int r = 0; r < row_slice / key_lanes; ++r) {
-#pragma omp simd
-                for (int l = 0; l < key_lanes; ++l) acc[d0 + r * key_lanes + l] = row[r][l];
-            }
+            for (int h = 0; h < H; ++h)
+                for (int r = 0; r < slice_registers; ++r)
+                    detail::store_lanes(acc + h * head_dim + d0 + r * key_lanes, row[h][r]);
         }
         if (d0 < head_dim) {  // the rest of a head_dim that is not a multiple of row_slice
+            for (int h = 0; h < H; ++h) {
+                float* const out = acc + h * head_dim;
 #pragma omp simd
-            for (int d = d0; d < head_dim; ++d) acc[d] *= correction;
-            for (int j = lo; j <= hi; ++j) {
-                float const p = scores[j];
-                float const* v = values + j * head_dim;
+                for (int d = d0; d < head_dim; ++d) out[d] *= correction[h];
+                for (int j = lo; j <= hi; ++j) {
+                    float const p = scores[h * padded + j];
+                    float const* v = values + j * head_dim;
 #pragma omp simd
-                for (int d = d0; d < head_dim; ++d) acc[d] += p * v[d];
+                    for (int d = d0; d < head_dim; ++d) out[d] += p * v[d];
+                }
             }
         }
-        float tile_sum = 0;
-        for (int j = lo; j <= hi; ++j) tile_sum += scores[j];
-        sum = sum * correction + tile_sum;
-        maximum = new_maximum;
     }
 
     [[no_unique_address]] HeadDim head_dim_;
