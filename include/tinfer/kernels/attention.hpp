@@ -229,6 +229,9 @@ class AttentionKernel {
     // Keys per register of scores, and the transposed K tile's row length (kv_tile rounded up
     // to whole registers, the padding zero).
     static constexpr int key_lanes = 16;
+    static_assert(key_lanes == reduction_lanes &&
+                      sizeof(detail::Lanes) == key_lanes * sizeof(float),
+                  "a register of keys is a register of lane sums (weigh, band_scores)");
     constexpr int padded_tile() const {
         return (kv_tile() + key_lanes - 1) / key_lanes * key_lanes;
     }
