@@ -86,15 +86,15 @@ BOOST_AUTO_TEST_CASE(int8_stays_close_to_float32) {
         double const kl = tt::kl_divergence(a, b);
         kl_sum += kl;
         kl_max = std::max(kl_max, kl);
-        auto const top = std::max_element(a.begin(), a.end());
-        bool const same = top - a.begin() == std::max_element(b.begin(), b.end()) - b.begin();
+        int const top = tt::argmax(a);
+        bool const same = top == tt::argmax(b);
         agree += same;
         float runner_up = -std::numeric_limits<float>::infinity(), largest = 0;
-        for (auto it = a.begin(); it != a.end(); ++it) {
-            if (it != top) runner_up = std::max(runner_up, *it);
-            largest = std::max(largest, std::abs(*it));
+        for (int v = 0; v < vocab; ++v) {
+            if (v != top) runner_up = std::max(runner_up, a[v]);
+            largest = std::max(largest, std::abs(a[v]));
         }
-        if (*top - runner_up > near_tie_share * largest) {
+        if (a[top] - runner_up > near_tie_share * largest) {
             ++decisive;
             decisive_agree += same;
         }
