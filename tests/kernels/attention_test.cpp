@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <span>
 #include <vector>
 
@@ -239,6 +240,90 @@ BOOST_AUTO_TEST_CASE(refuses_a_query_whose_key_is_not_cached) {
     std::vector<float> scratch(k::Attention<32, 1>::scratch_floats);
     k::AttentionChunk const chunk{4, 1, q.data(), 32, out.data(), 32};
     BOOST_CHECK_THROW((k::Attention<32, 1>::attend(view, 1, chunk, 1, scratch)), tinfer::Error);
+}
+
+// A view that records the positions attention loads and the run it asks to prefetch.
+struct RecordingView {
+    static constexpr int head_dim = 16;
+    int cached = 0;
+    mutable int loaded_first = std::numeric_limits<int>::max(), loaded_end = 0;
+    mutable int prefetch_first = -1, prefetch_count = 0, prefetch_calls = 0;
+    int tokens() const { return cached; }
+    void load_keys(int /*kv_head*/, int first, int count, float* out) const {
+        load(first, count, out);
+    }
+    void load_values(int /*kv_head*/, int first, int count, float* out) const {
+        load(first, count, out);
+    }
+    void load(int first, int count, float* out) const {
+        loaded_first = std::min(loaded_first, first);
+        loaded_end = std::max(loaded_end, first + count);
+        std::fill_n(out, static_cast<std::size_t>(count) * head_dim, 0.25f);
+    }
+    void prefetch(int /*kv_head*/, int first, int count) const {
+        prefetch_first = first;
+        prefetch_count = count;
+        ++prefetch_calls;
+    }
+};
+static_assert(tinfer::kv::KvPrefetchView<RecordingView>);
+
+// prefetch_block asks for the first max_positions of the cached positions a query block
+// attends to (by brute force over its queries and the window), and attend_block then loads
+// every one of them: random chunks, blocks, windows and cache fill, some with the step's own
+// keys not yet cached (prefetch runs before they are written).
+BOOST_AUTO_TEST_CASE(prefetch_asks_for_the_keys_the_block_reads) {
+    auto rng = tt::seeded_rng(13);
+    auto const uniform = [&](int lo, int hi) {
+        return std::uniform_int_distribution<int>(lo, hi)(rng);
+    };
+    constexpr int head_dim = RecordingView::head_dim, group = 2;
+    int asked = 0;
+    for (int trial = 0; trial < 400; ++trial) {
+        int const window = uniform(0, 3) == 0 ? 0 : uniform(1, 40);
+        k::AttentionKernel const kernel(tinfer::DynamicExtent{head_dim},
+                                        tinfer::DynamicExtent{group}, tinfer::DynamicExtent{window},
+                                        tinfer::DynamicExtent{head_dim});
+        int const first_position = uniform(0, 100), queries = uniform(1, 70);
+        int const block = uniform(0, kernel.blocks(queries) - 1);
+        int const max_positions = uniform(0, 90);
+        RecordingView view;
+        view.cached = uniform(0, first_position + queries);
+        std::vector<float> q(static_cast<std::size_t>(queries) * group * head_dim, 0.5f);
+        std::vector<float> out(q.size());
+        k::AttentionChunk const chunk{first_position,   queries,    q.data(),
+                                      group * head_dim, out.data(), group * head_dim};
+
+        int const q_begin = first_position + block * kernel.query_block();
+        int const q_end = first_position + std::min(queries, (block + 1) * kernel.query_block());
+        std::vector<int> expected;
+        for (int p = 0; p < view.cached && static_cast<int>(expected.size()) < max_positions; ++p) {
+            bool seen = false;
+            for (int query = q_begin; query < q_end; ++query)
+                seen |= p <= query && (window == 0 || p >= query - window + 1);
+            if (seen) expected.push_back(p);
+        }
+        int const count = kernel.prefetch_block(view, 0, chunk, block, max_positions);
+        BOOST_TEST_CONTEXT("window " << window << ", first position " << first_position
+                                     << ", queries " << queries << ", block " << block
+                                     << ", cached " << view.cached << ", at most "
+                                     << max_positions) {
+            BOOST_TEST(count == static_cast<int>(expected.size()));
+            BOOST_TEST(view.prefetch_calls == (expected.empty() ? 0 : 1));
+            if (expected.empty()) continue;
+            ++asked;
+            BOOST_TEST(view.prefetch_count == count);
+            BOOST_TEST(view.prefetch_first == expected.front());
+            BOOST_TEST(expected.back() - expected.front() + 1 == count);  // one run
+
+            view.cached = q_end;  // attention needs the block's own keys
+            std::vector<float> scratch(kernel.scratch_floats());
+            kernel.attend_block(view, 0, chunk, block, scratch.data());
+            BOOST_TEST(view.loaded_first <= view.prefetch_first);
+            BOOST_TEST(view.loaded_end >= view.prefetch_first + view.prefetch_count);
+        }
+    }
+    BOOST_TEST(asked > 100);  // most trials ask for something
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -61,6 +61,11 @@ static_assert(KvRowsView<ContiguousKvCache<tiny>::View>);
 static_assert(KvRowsView<FloatKvView>);
 static_assert(AlwaysInPlaceRows<ContiguousKvCache<tiny>::View> && AlwaysInPlaceRows<FloatKvView>);
 static_assert(!AlwaysInPlaceRows<PagedKvCache<tiny, 16>::View>);
+// Every storage can ask for a run's bytes ahead of attention (model/host_ops.hpp warms a
+// decode step's keys and values through it), quantized codecs included.
+static_assert(KvPrefetchView<PagedKvCache<tiny, 16>::View> &&
+              KvPrefetchView<PagedKvCache<tiny, 8, Int8Codec, Int4Codec>::View> &&
+              KvPrefetchView<ContiguousKvCache<tiny>::View> && KvPrefetchView<FloatKvView>);
 
 // What each test writes, to compare against: [seq][layer][position] -> K and V of all heads.
 struct Written {

@@ -278,8 +278,7 @@ class AttentionKernel {
             std::fill_n(outputs + row * head_dim, head_dim, 0.0f);
         }
 
-        int const first_key =
-            sliding_window > 0 ? std::max(0, first_query - sliding_window + 1) : 0;
+        int const first_key = keys_of_block(chunk.first_position, chunk.queries, block).first;
         bool const transposed = count >= transposed_min_queries;
         for (int tile = first_key / kv_tile * kv_tile; tile <= last_query; tile += kv_tile) {
             int const tile_keys = std::min(kv_tile, last_query + 1 - tile);
@@ -322,6 +321,35 @@ class AttentionKernel {
 #pragma omp simd
                 for (int d = 0; d < head_dim; ++d) out_row[g * head_dim + d] = acc[d] * inverse_sum;
             }
+        }
+    }
+
+    // The cached positions [first, end) that query block `block` of a chunk attends to.
+    struct KeyRange {
+        int first, end;
+    };
+    constexpr KeyRange keys_of_block(int first_position, int queries, int block) const {
+        int const q_begin = block * query_block();
+        int const q_end = std::min(queries, q_begin + query_block());
+        int const first_query = first_position + q_begin;
+        int const window = sliding_window_;
+        return {window > 0 ? std::max(0, first_query - window + 1) : 0, first_position + q_end};
+    }
+
+    // Asks for the keys and values attend_block(view, kv_head, chunk, block) will read, the
+    // first `max_positions` of those already cached, where the view can (kv::KvPrefetchView);
+    // returns how many positions it asked for.
+    template <kv::KvView View>
+    int prefetch_block(View const& view, int kv_head, AttentionChunk const& chunk, int block,
+                       int max_positions) const {
+        if constexpr (kv::KvPrefetchView<View>) {
+            KeyRange const keys = keys_of_block(chunk.first_position, chunk.queries, block);
+            int const end = std::min({keys.end, view.tokens(), keys.first + max_positions});
+            if (end <= keys.first) return 0;
+            view.prefetch(kv_head, keys.first, end - keys.first);
+            return end - keys.first;
+        } else {
+            return 0;
         }
     }
 

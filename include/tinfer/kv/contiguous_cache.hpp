@@ -15,6 +15,7 @@
 #include <tinfer/config/model_config.hpp>
 #include <tinfer/config/validate.hpp>
 #include <tinfer/core/error.hpp>
+#include <tinfer/core/prefetch.hpp>
 #include <tinfer/kv/kv_view.hpp>
 
 namespace tinfer::kv {
@@ -43,6 +44,12 @@ class ContiguousKvCache {
         }
         float const* value_rows(int kv_head, int first, int /*count*/) const {
             return row(values_, kv_head, first);
+        }
+        // kv::KvPrefetchView.
+        void prefetch(int kv_head, int first, int count) const {
+            std::size_t const bytes = static_cast<std::size_t>(count) * head_dim * sizeof(float);
+            prefetch_bytes(row(keys_, kv_head, first), bytes);
+            prefetch_bytes(row(values_, kv_head, first), bytes);
         }
 
       private:

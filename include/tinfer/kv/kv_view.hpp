@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <span>
 
+#include <tinfer/core/prefetch.hpp>
+
 namespace tinfer::kv {
 
 // One sequence's cached keys and values for one layer.
@@ -32,6 +34,14 @@ concept KvRowsView = KvView<View> && requires(View const& view, int kv_head, int
 template <class View>
 concept AlwaysInPlaceRows = KvRowsView<View> && requires {
     requires View::rows_always_in_place;
+};
+
+// A view that can ask for the stored bytes of a run of tokens (K and V, in whatever form its
+// codec keeps them) ahead of a read: a hint (core/prefetch.hpp) that changes no value.
+template <class View>
+concept KvPrefetchView = KvView<View> &&
+    requires(View const& view, int kv_head, int first, int count) {
+    view.prefetch(kv_head, first, count);
 };
 
 // Storage the model writes into and reads views from. `seq` is the caller's slot for a
@@ -65,6 +75,12 @@ struct FloatKvView {
     }
     float const* value_rows(int kv_head, int first, int /*count*/) const {
         return values.data() + start(kv_head, first);
+    }
+
+    void prefetch(int kv_head, int first, int count) const {
+        std::size_t const bytes = static_cast<std::size_t>(count) * head_dim * sizeof(float);
+        prefetch_bytes(keys.data() + start(kv_head, first), bytes);
+        prefetch_bytes(values.data() + start(kv_head, first), bytes);
     }
 
   private:

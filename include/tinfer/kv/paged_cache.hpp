@@ -44,6 +44,7 @@
 #include <tinfer/config/validate.hpp>
 #include <tinfer/core/error.hpp>
 #include <tinfer/core/extent.hpp>
+#include <tinfer/core/prefetch.hpp>
 #include <tinfer/kv/block_pool.hpp>
 #include <tinfer/kv/block_storage.hpp>
 #include <tinfer/kv/codec.hpp>
@@ -184,6 +185,12 @@ class PagedKvCache {
                                                              first, count);
         }
 
+        // kv::KvPrefetchView: the held blocks' stored bytes, as the codecs keep them.
+        void prefetch(int kv_head, int first, int count) const {
+            prefetch_runs<key_vector_bytes>(key_offset(layer_, kv_head, 0), first, count);
+            prefetch_runs<value_vector_bytes>(value_offset(layer_, kv_head, 0), first, count);
+        }
+
       private:
         friend class PagedKvCache;
         View(std::byte const* storage, std::span<BlockId const> table, int tokens, int layer)
@@ -216,32 +223,51 @@ class PagedKvCache {
                    static_cast<std::size_t>(position % BlockSize) * VectorBytes;
         }
 
-        // out: [count][head_dim], tokens first .. first+count-1 of this head.
-        template <class Codec, std::size_t VectorBytes>
-        void load(std::size_t head_offset, int first, int count, float* out) const {
+        // Calls visit(vector, position, run) for each run of tokens first .. first+count-1 of
+        // this head within one block, `vector` the run's first stored vector, or nullptr where
+        // a sliding group released the block. load and prefetch read the same bytes through it.
+        template <std::size_t VectorBytes, class Visit>
+        void for_each_run(std::size_t head_offset, int first, int count, Visit&& visit) const {
             int position = first;
             int const end = first + count;
             while (position < end) {
-                // The rest of the run within one block.
                 int const run = std::min(end - position, BlockSize - position % BlockSize);
                 BlockId const block = block_at(position);
-                if constexpr (has_sliding) {
-                    if (block == dropped) {
-                        std::fill_n(out, static_cast<std::size_t>(run) * Cfg.head_dim, 0.0f);
-                        out += static_cast<std::size_t>(run) * Cfg.head_dim;
-                        position += run;
-                        continue;
-                    }
-                }
-                std::byte const* vector = vector_at<VectorBytes>(block, head_offset, position);
-                // head_dim at run time: the static form measured 0.87-0.99x this one on decode
-                // through every codec at head_dim 64/128/256 (bench/specialization,
-                // docs/specialization.md), so one decode per codec serves every shape.
-                for (int i = 0; i < run; ++i, vector += VectorBytes, out += Cfg.head_dim) {
-                    Codec::decode(DynamicExtent{Cfg.head_dim}, vector, out);
-                }
+                bool held = true;
+                if constexpr (has_sliding) held = block != dropped;
+                visit(held ? vector_at<VectorBytes>(block, head_offset, position) : nullptr,
+                      position, run);
                 position += run;
             }
+        }
+
+        // out: [count][head_dim], tokens first .. first+count-1 of this head.
+        template <class Codec, std::size_t VectorBytes>
+        void load(std::size_t head_offset, int first, int count, float* out) const {
+            for_each_run<VectorBytes>(
+                head_offset, first, count, [&](std::byte const* vector, int position, int run) {
+                    float* const rows =
+                        out + static_cast<std::size_t>(position - first) * Cfg.head_dim;
+                    if (!vector) {
+                        std::fill_n(rows, static_cast<std::size_t>(run) * Cfg.head_dim, 0.0f);
+                        return;
+                    }
+                    // head_dim at run time: the static form measured 0.87-0.99x this one on
+                    // decode through every codec at head_dim 64/128/256 (bench/specialization,
+                    // docs/specialization.md), so one decode per codec serves every shape.
+                    for (int i = 0; i < run; ++i, vector += VectorBytes) {
+                        Codec::decode(DynamicExtent{Cfg.head_dim}, vector,
+                                      rows + static_cast<std::size_t>(i) * Cfg.head_dim);
+                    }
+                });
+        }
+
+        template <std::size_t VectorBytes>
+        void prefetch_runs(std::size_t head_offset, int first, int count) const {
+            for_each_run<VectorBytes>(
+                head_offset, first, count, [](std::byte const* vector, int /*position*/, int run) {
+                    if (vector) prefetch_bytes(vector, static_cast<std::size_t>(run) * VectorBytes);
+                });
         }
 
         std::byte const* storage_;

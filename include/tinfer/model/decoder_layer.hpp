@@ -40,6 +40,10 @@ template <class Plan, class Ops>
 requires DecoderLayerOps<Ops, Plan>
 void run_decoder_layer(Ops& ops, LayerWeights const& w, int layer) {
     ops.normalize(w.attention_norm);
+    // Backends with caches to warm ask for the layer's cached keys and values here, to arrive
+    // while the projections stream weights (model/host_ops.hpp).
+    if constexpr (requires { ops.template prefetch_attention<Plan>(layer); })
+        ops.template prefetch_attention<Plan>(layer);
     ops.project_qkv(w);
     ops.template position_queries_and_keys<Plan>(w);
     if (!ops.template attend<Plan>(layer)) return;
