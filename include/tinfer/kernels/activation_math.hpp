@@ -33,14 +33,35 @@ constexpr double constexpr_sqrt(double x) {
     return guess;
 }
 
-// Combines the partial sums pairwise: (0+8, 1+9, ...), then halves again down to one.
+// Combines the partial sums pairwise: (0+8, 1+9, ...), then halves again down to one. Where the
+// build's floor has AVX-512, in one register: each level adds lane l + width into lane l by a
+// shuffle, the additions sum_lanes' loop makes, where the scalar tree was fifteen dependent
+// loads and adds (a fifth of prefill attention's softmax step, with max_lanes).
 inline float sum_lanes(float const (&lanes)[reduction_lanes]) {
+#if TINFER_X86_TARGETS && defined(__AVX512F__)
+    __m512 level = _mm512_loadu_ps(lanes);
+    level = _mm512_add_ps(level, _mm512_shuffle_f32x4(level, level, _MM_SHUFFLE(3, 2, 3, 2)));
+    level = _mm512_add_ps(level, _mm512_shuffle_f32x4(level, level, _MM_SHUFFLE(1, 1, 1, 1)));
+    level = _mm512_add_ps(level, _mm512_shuffle_ps(level, level, _MM_SHUFFLE(3, 2, 3, 2)));
+    level = _mm512_add_ps(level, _mm512_shuffle_ps(level, level, _MM_SHUFFLE(1, 1, 1, 1)));
+    return _mm512_cvtss_f32(level);
+#else
     float level[reduction_lanes];
     for (int l = 0; l < reduction_lanes; ++l) level[l] = lanes[l];
     for (int width = reduction_lanes / 2; width > 0; width /= 2) {
         for (int l = 0; l < width; ++l) level[l] += level[l + width];
     }
     return level[0];
+#endif
+}
+
+// The largest of the lanes (exact in any order).
+inline float max_lanes(float const (&lanes)[reduction_lanes]) {
+#if TINFER_X86_TARGETS && defined(__AVX512F__)
+    return _mm512_reduce_max_ps(_mm512_loadu_ps(lanes));
+#else
+    return *std::max_element(lanes, lanes + reduction_lanes);
+#endif
 }
 
 // out[r] = sum_lanes(lanes[r]) for R rows, bitwise. Where the build's floor has AVX-512 (these

@@ -521,7 +521,7 @@ class AttentionKernel {
                 lane_maxima[l] = std::max(lane_maxima[l], score);
             }
         }
-        float const tile_maximum = *std::max_element(lane_maxima, lane_maxima + key_lanes);
+        float const tile_maximum = max_lanes(lane_maxima);
         float const new_maximum = std::max(maximum, tile_maximum);
         // Rescales what was accumulated against the old maximum; exp2(-inf) = 0 on the first tile.
         float const correction = fast_exp2(maximum - new_maximum);
