@@ -124,17 +124,18 @@ class HostOps {
     }
 
     // Asks for the cached keys and values this thread's attention tasks of `layer` will read
-    // (round robin: in a decode step, those attend gives it), up to kv_prefetch_bytes, before
-    // the layer's Q, K and V products. Attention otherwise waited on them one short run after
-    // another: SmolLM2, two threads, 128 tokens from an empty cache, a thread's attention tasks
-    // took 5-6 us of a 64 us layer, 3.1-3.3 us after. The prefetches themselves wait for the
-    // memory (3-6 us a layer), so a step gains less: decode steps with and without, interleaved
-    // token by token in one run (Zen 4 guest; SmolLM2 and Gemma 3, one and two threads): at
-    // tg128 faster in 7 of 8 pairs by up to 1.0% (0.4% slower in the eighth), at tg512 by
-    // 0.6-2.5% in all 4. A hint only: a view that cannot be had here (attend says why) is
-    // skipped.
+    // (round robin: those attend gives it), up to kv_prefetch_bytes, in a one-sequence decode
+    // step (warms_attention), before the layer's Q, K and V products. Attention otherwise
+    // waited on them one short run after another: SmolLM2, two threads, 128 tokens from an
+    // empty cache, a thread's attention tasks took 5-6 us of a 64 us layer, 3.1-3.3 us after.
+    // The prefetches themselves wait for the memory (3-6 us a layer), so a step gains less:
+    // decode steps with and without, interleaved token by token in one run (Zen 4 guest;
+    // SmolLM2 and Gemma 3, one and two threads): at tg128 faster in 7 of 8 pairs by up to 1.0%
+    // (0.4% slower in the eighth), at tg512 by 0.6-2.5% in all 4. A hint only: a view that
+    // cannot be had here (attend says why) is skipped.
     template <class Plan>
     void prefetch_attention(int layer) {
+        if (!warms_attention()) return;
         auto const attention = attention_kernel<Plan>();
         int const task_count = static_cast<int>(ws_.tasks.size());
         int const me = omp_get_thread_num(), team = omp_get_num_threads();
@@ -186,12 +187,13 @@ class HostOps {
                                    chunk_of(chunk, task.first_row), task.block, scratch_,
                                    task.heads);
         };
-        if (decode_only()) {
+        if (warms_attention()) {
             // Each thread the tasks prefetch_attention warmed on it: round robin.
 #pragma omp for schedule(static, 1)
             for (int t = 0; t < task_count; ++t) run_task(t);
         } else {
-            // Query blocks further into a causal prefill cost more: first come, first served.
+            // Tasks of unequal cost (query blocks further into a causal prefill, sequences of
+            // different lengths in a batch): first come, first served.
 #pragma omp for schedule(dynamic, 1)
             for (int t = 0; t < task_count; ++t) run_task(t);
         }
@@ -331,9 +333,14 @@ class HostOps {
                                         Shapes::template extent<local.query_scale_dim()>());
     }
 
-    // One row per sequence: every attention task is one query block of one token.
-    bool decode_only() const {
-        return static_cast<std::size_t>(rows_) == chunks_.size();
+    // Whether this step warms its attention's keys and values (prefetch_attention): a decode
+    // step of one sequence, the latency path. A batched decode step's threads read long runs
+    // of many sequences, which the hardware prefetchers stream once started, so warming a part
+    // of them only put a wait in front (interleaved step by step, batched_bench at B = 4, 16,
+    // 32: 0.2-1.2% slower in 5 of 6); and its tasks differ in length under continuous batching,
+    // which first come, first served balances.
+    bool warms_attention() const {
+        return rows_ == 1 && chunks_.size() == 1;
     }
 
     // The rows a product reads, float or (int8 precision, int8-capable matrix) quantized.
