@@ -36,6 +36,8 @@ struct Options {
     std::string precision = "int8";
 };
 
+inline constexpr int warm_up_tokens = 16;
+
 template <tinfer::ModelConfig Cfg, class Precision>
 void run(Options const& options, tinfer::gguf::File const& file) {
     using namespace tinfer;
@@ -47,7 +49,7 @@ void run(Options const& options, tinfer::gguf::File const& file) {
         *std::max_element(options.generated_tokens.begin(), options.generated_tokens.end());
     int const rows = std::max(options.ubatch, most_sequences);
     std::vector<float> logits(static_cast<std::size_t>(rows) * Cfg.vocab);
-    kv::ContiguousKvCache<Cfg> cache(most_sequences, longest);
+    kv::ContiguousKvCache<Cfg> cache(most_sequences, std::max(longest, warm_up_tokens));
     std::mt19937 rng(42);
     std::uniform_int_distribution<std::int32_t> token(0, Cfg.vocab - 1);
 
@@ -62,7 +64,7 @@ void run(Options const& options, tinfer::gguf::File const& file) {
                     "---------:", "---------:", "---------:", "---------:");
         // A warm-up pass (llama-batched-bench makes one too): page faults, the int8 repack.
         {
-            std::vector<std::int32_t> warm(16, 1);
+            std::vector<std::int32_t> warm(warm_up_tokens, 1);
             cache.clear(0);
             SequenceChunk const chunk{.slot = 0, .first_position = 0, .tokens = warm};
             model.template forward<Precision>(std::span(&chunk, 1), cache, ws, logits);
@@ -134,19 +136,23 @@ int main(int argc, char** argv) {
     app.add_option("-m,--model", options.model)->capture_default_str();
     app.add_option("-t,--threads", options.threads, "Thread counts (1,2)")
         ->delimiter(',')
+        ->check(CLI::Range(1, 1 << 20))
         ->capture_default_str();
     app.add_option("--npp", options.prompt_tokens, "Prompt tokens per sequence (128,256)")
         ->delimiter(',')
+        ->check(CLI::Range(1, 1 << 20))
         ->capture_default_str();
     app.add_option("--ntg", options.generated_tokens, "Generated tokens per sequence")
         ->delimiter(',')
+        ->check(CLI::Range(1, 1 << 20))
         ->capture_default_str();
     app.add_option("--npl", options.sequences, "Sequences decoding together (1,2,4,...)")
         ->delimiter(',')
+        ->check(CLI::Range(1, 1 << 20))
         ->capture_default_str();
     app.add_option("--ubatch", options.ubatch, "Most rows per prefill step (llama.cpp's -ub)")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(CLI::Range(1, 1 << 20));
     app.add_option("--precision", options.precision, "Activations: int8 or f32")
         ->check(CLI::IsMember({"int8", "f32"}))
         ->capture_default_str();

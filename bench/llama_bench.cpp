@@ -178,8 +178,11 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
     auto const model = model::Llama<Cfg>::bind(file);
     std::mt19937 rng(42);
     std::uniform_int_distribution<std::int32_t> token(0, Cfg.vocab - 1);
-    int const context = options.prompt_tokens + options.generated_tokens;
-    std::vector<float> logits(static_cast<std::size_t>(options.batch) * Cfg.vocab);
+    // The batched test's steps, fixed here because the cache must hold them too.
+    int const batched_steps = std::max(16, options.generated_tokens / 4);
+    int const context = std::max(options.prompt_tokens + options.generated_tokens, batched_steps);
+    int const slots = std::max(1, options.batch);  // tg runs in slot 0 whatever -b says
+    std::vector<float> logits(static_cast<std::size_t>(slots) * Cfg.vocab);
 
     // llama-bench's columns, then the achieved weight-read rate and its share of the measured
     // read bandwidth (decode reads every weight once per step).
@@ -196,9 +199,8 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
     std::vector<std::string> notes;  // the prefill shares and decode breakdowns, printed after
     for (std::size_t ti = 0; ti < options.threads.size(); ++ti) {
         int const threads = options.threads[ti];
-        typename model::Llama<Cfg>::Workspace ws(std::max(options.prompt_tokens, options.batch),
-                                                 threads);
-        kv::ContiguousKvCache<Cfg> cache(options.batch, context);
+        typename model::Llama<Cfg>::Workspace ws(std::max(options.prompt_tokens, slots), threads);
+        kv::ContiguousKvCache<Cfg> cache(slots, context);
         auto const row = [&](std::string const& test, Stats s, double gbps) {
             char rate[64];
             std::snprintf(rate, sizeof rate, "%.2f ± %.2f", s.median, s.stddev);
@@ -215,10 +217,11 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
             std::fflush(stdout);
         };
 
-        // ppN: one batch from an empty cache.
+        // ppN: one batch from an empty cache. A size of 0 skips the test (-p 0, -n 0, -b 0),
+        // as llama-bench skips it.
         std::vector<std::int32_t> prompt(static_cast<std::size_t>(options.prompt_tokens));
         std::vector<double> rates;
-        for (int r = 0; r <= options.repetitions; ++r) {
+        for (int r = 0; options.prompt_tokens > 0 && r <= options.repetitions; ++r) {
             for (auto& t : prompt) t = token(rng);
             cache.clear(0);
             SequenceChunk const chunk{.slot = 0, .first_position = 0, .tokens = prompt};
@@ -227,15 +230,17 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
             });
             if (r > 0) rates.push_back(options.prompt_tokens / s);  // r == 0 warms up
         }
-        Stats const pp = stats_of(rates);
-        row("pp" + std::to_string(options.prompt_tokens), pp, 0);
-        notes.push_back(prefill_share<Cfg>(options.prompt_tokens, threads, pp.median,
-                                           roofline.at(roofline.int8_gmacs, ti),
-                                           roofline.at(roofline.panel_gmacs, ti)));
+        if (options.prompt_tokens > 0) {
+            Stats const pp = stats_of(rates);
+            row("pp" + std::to_string(options.prompt_tokens), pp, 0);
+            notes.push_back(prefill_share<Cfg>(options.prompt_tokens, threads, pp.median,
+                                               roofline.at(roofline.int8_gmacs, ti),
+                                               roofline.at(roofline.panel_gmacs, ti)));
+        }
 
         // tgN: one token at a time from an empty cache.
         rates.clear();
-        for (int r = 0; r <= options.repetitions; ++r) {
+        for (int r = 0; options.generated_tokens > 0 && r <= options.repetitions; ++r) {
             cache.clear(0);
             std::int32_t next = token(rng);
             double const s = bench::median_seconds(1, [&] {
@@ -248,10 +253,13 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
             });
             if (r > 0) rates.push_back(options.generated_tokens / s);
         }
-        Stats const tg = stats_of(rates);
-        row("tg" + std::to_string(options.generated_tokens), tg,
-            tg.median * model_gib * (1 << 30) / 1e9);
-        if (options.breakdown) {
+        Stats tg;
+        if (options.generated_tokens > 0) {
+            tg = stats_of(rates);
+            row("tg" + std::to_string(options.generated_tokens), tg,
+                tg.median * model_gib * (1 << 30) / 1e9);
+        }
+        if (options.breakdown && options.generated_tokens > 0) {
             // Each position of the decode run four ways back to back (the step with its
             // sampler; without the sampler; without the LM head; over one layer without it,
             // the last two rewriting the same KV), so that every variant sees the machine in
@@ -301,8 +309,8 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
         rates.clear();
         std::vector<std::int32_t> next(static_cast<std::size_t>(options.batch));
         std::vector<SequenceChunk> chunks(next.size());
-        int const steps = std::max(16, options.generated_tokens / 4);
-        for (int r = 0; r <= options.repetitions; ++r) {
+        int const steps = batched_steps;
+        for (int r = 0; options.batch > 0 && r <= options.repetitions; ++r) {
             for (int b = 0; b < options.batch; ++b) cache.clear(b);
             for (auto& t : next) t = token(rng);
             double const s = bench::median_seconds(1, [&] {
@@ -315,9 +323,10 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
             });
             if (r > 0) rates.push_back(double(steps) * options.batch / s);
         }
+        if (options.batch == 0) continue;
         Stats const batched = stats_of(rates);
         row("tg x" + std::to_string(options.batch), batched, 0);
-        ratios.push_back(batched.median / tg.median);
+        if (options.generated_tokens > 0) ratios.push_back(batched.median / tg.median);
     }
     for (std::string const& note : notes) std::printf("\n%s", note.c_str());
     std::printf("\n");
@@ -336,12 +345,22 @@ int main(int argc, char** argv) {
     app.add_option("-m,--model", options.model)->capture_default_str();
     app.add_option("-t,--threads", options.threads, "Thread counts to test (1,2 or 1 2)")
         ->delimiter(',')
+        ->check(CLI::Range(1, 1 << 10))
         ->capture_default_str();
-    app.add_option("-p,--prompt", options.prompt_tokens)->capture_default_str();
-    app.add_option("-n,--generate", options.generated_tokens)->capture_default_str();
-    app.add_option("-b,--batch", options.batch, "Sequences in the batched decode test")
+    app.add_option("-p,--prompt", options.prompt_tokens, "Prompt tokens of ppN (0: no pp test)")
+        ->check(CLI::Range(0, 1 << 20))
         ->capture_default_str();
-    app.add_option("-r,--repetitions", options.repetitions)->capture_default_str();
+    app.add_option("-n,--generate", options.generated_tokens,
+                   "Generated tokens of tgN (0: no tg test, no breakdown)")
+        ->check(CLI::Range(0, 1 << 20))
+        ->capture_default_str();
+    app.add_option("-b,--batch", options.batch,
+                   "Sequences in the batched decode test (0: no batched test)")
+        ->check(CLI::Range(0, 1 << 20))
+        ->capture_default_str();
+    app.add_option("-r,--repetitions", options.repetitions)
+        ->check(CLI::Range(1, 1 << 10))
+        ->capture_default_str();
     app.add_flag("!--no-roofline", options.roofline,
                  "Skip measuring bandwidth, the int8 dot rate and the GEMM rate");
     app.add_flag("!--no-breakdown", options.breakdown,
