@@ -63,6 +63,7 @@
 #include <tinfer/core/dtype.hpp>
 #include <tinfer/core/error.hpp>
 #include <tinfer/core/extent.hpp>
+#include <tinfer/core/prefetch.hpp>
 #include <tinfer/kernels/int8_activations.hpp>
 #include <tinfer/kernels/isa.hpp>
 #include <tinfer/kernels/weight_matrix.hpp>
@@ -406,27 +407,23 @@ void int8_strip_tile_q6_k_portable(std::byte const* strip, Extent auto cols, Int
 }
 
 #if TINFER_X86_TARGETS
-// Asks for the cache lines of `bytes` bytes from `p` into L1. An asm statement, not
-// _mm_prefetch: GCC 12 emitted none of the kernels' _mm_prefetch calls in the built programs
-// (objdump of int8_linear_bench, llama_bench: no prefetch instruction at all), so the AVX2
-// K-quant kernels' prefetch below had silently stopped existing since the target regions came.
-template <std::size_t bytes>
-inline void prefetch_block(std::byte const* p) {
-    for (std::size_t offset = 0; offset < bytes; offset += 64)
-        __asm__ volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<char const*>(p + offset)));
-}
-
 // Decode tiles (1-3 tokens) stream each strip block from memory once. For Q8_0, Q5_K and Q6_K,
 // asking for all of a block's lines as it starts (and the next block's first) keeps them in
 // flight together: int8_linear_bench, one token streamed over 192 MiB, Zen 4, one thread, A/B
 // alternated in one process: Q6_K 7.5 -> 22.8 GB/s and Q5_K 7.7 -> 14.6 (their kernels read a
 // block's fields in several passes kilobytes apart), Q8_0 20 -> 26. The other formats streamed
 // no faster, and every format lost with the matrix in cache (Q8_0 61 -> 41 GB/s), so they and
-// the wider tiles, which reuse a strip from cache, skip it.
+// the wider tiles, which reuse a strip from cache, skip it. Q8_0's and Q6_K's prefetches are
+// pinned ahead of the block's loads: with the order left to GCC 12 it issued the first loads
+// before them and Q8_0 streamed 10% slower (31.4 -> 28.4 GB/s, six alternations). Q5_K's are
+// left free: 15.2 -> 18.3 GB/s (four alternations). Its prefetch loop is the same instructions
+// either way, so the gain is in how GCC then lays out the kernel's loads: measure again when a
+// kernel changes.
 template <DType W, int T>
 inline void prefetch_decode_block(std::byte const* block) {
     if constexpr (T <= 3 && (W == DType::q8_0 || W == DType::q5_k || W == DType::q6_k))
-        prefetch_block<Int8StripFormat<W>::block_bytes>(block + 64);
+        prefetch_bytes<W == DType::q5_k ? PrefetchOrder::free : PrefetchOrder::pinned>(
+            block + 64, Int8StripFormat<W>::block_bytes);
 }
 
 TINFER_BEGIN_TARGET_AVX512
@@ -782,7 +779,8 @@ void int8_strip_tile_k_minimum_avx2(std::byte const* strip, Extent auto cols, In
     int const supers = cols / Format::block_elements;
     for (int sb = 0; sb < supers; ++sb) {
         std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
-        if (sb + 1 < supers) prefetch_block<Format::block_bytes>(p + Format::block_bytes);
+        if (sb + 1 < supers)
+            prefetch_bytes<PrefetchOrder::pinned>(p + Format::block_bytes, Format::block_bytes);
         for (int h = 0; h < halves; ++h) {
             __m256 const d = load_halves_256(p + Format::scales_offset + 16 * h);
             __m256 const dmin =
@@ -914,7 +912,8 @@ void int8_strip_tile_q6_k_avx2(std::byte const* strip, Extent auto cols, Int8Row
     int const supers = cols / Format::block_elements;
     for (int sb = 0; sb < supers; ++sb) {
         std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
-        if (sb + 1 < supers) prefetch_block<Format::block_bytes>(p + Format::block_bytes);
+        if (sb + 1 < supers)
+            prefetch_bytes<PrefetchOrder::pinned>(p + Format::block_bytes, Format::block_bytes);
         for (int g = 0; g < 2; ++g) {  // g: the super-block's half of 128 elements
             int const first_block = sb * 8 + 4 * g;
             int x_sums[T][4][2];
