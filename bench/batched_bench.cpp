@@ -136,23 +136,23 @@ int main(int argc, char** argv) {
     app.add_option("-m,--model", options.model)->capture_default_str();
     app.add_option("-t,--threads", options.threads, "Thread counts (1,2)")
         ->delimiter(',')
-        ->check(CLI::Range(1, 1 << 20))
+        ->check(tinfer::examples::at_least(1))
         ->capture_default_str();
     app.add_option("--npp", options.prompt_tokens, "Prompt tokens per sequence (128,256)")
         ->delimiter(',')
-        ->check(CLI::Range(1, 1 << 20))
+        ->check(tinfer::examples::at_least(1))
         ->capture_default_str();
     app.add_option("--ntg", options.generated_tokens, "Generated tokens per sequence")
         ->delimiter(',')
-        ->check(CLI::Range(1, 1 << 20))
+        ->check(tinfer::examples::at_least(1))
         ->capture_default_str();
     app.add_option("--npl", options.sequences, "Sequences decoding together (1,2,4,...)")
         ->delimiter(',')
-        ->check(CLI::Range(1, 1 << 20))
+        ->check(tinfer::examples::at_least(1))
         ->capture_default_str();
     app.add_option("--ubatch", options.ubatch, "Most rows per prefill step (llama.cpp's -ub)")
         ->capture_default_str()
-        ->check(CLI::Range(1, 1 << 20));
+        ->check(tinfer::examples::at_least(1));
     app.add_option("--precision", options.precision, "Activations: int8 or f32")
         ->check(CLI::IsMember({"int8", "f32"}))
         ->capture_default_str();

@@ -345,21 +345,21 @@ int main(int argc, char** argv) {
     app.add_option("-m,--model", options.model)->capture_default_str();
     app.add_option("-t,--threads", options.threads, "Thread counts to test (1,2 or 1 2)")
         ->delimiter(',')
-        ->check(CLI::Range(1, 1 << 10))
+        ->check(tinfer::examples::at_least(1))
         ->capture_default_str();
     app.add_option("-p,--prompt", options.prompt_tokens, "Prompt tokens of ppN (0: no pp test)")
-        ->check(CLI::Range(0, 1 << 20))
+        ->check(tinfer::examples::at_least(0))
         ->capture_default_str();
     app.add_option("-n,--generate", options.generated_tokens,
                    "Generated tokens of tgN (0: no tg test, no breakdown)")
-        ->check(CLI::Range(0, 1 << 20))
+        ->check(tinfer::examples::at_least(0))
         ->capture_default_str();
     app.add_option("-b,--batch", options.batch,
                    "Sequences in the batched decode test (0: no batched test)")
-        ->check(CLI::Range(0, 1 << 20))
+        ->check(tinfer::examples::at_least(0))
         ->capture_default_str();
     app.add_option("-r,--repetitions", options.repetitions)
-        ->check(CLI::Range(1, 1 << 10))
+        ->check(tinfer::examples::at_least(1))
         ->capture_default_str();
     app.add_flag("!--no-roofline", options.roofline,
                  "Skip measuring bandwidth, the int8 dot rate and the GEMM rate");

@@ -291,7 +291,7 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember(all_configurations))
         ->capture_default_str();
     app.add_option("-n,--requests", options.requests, "Requests per (configuration, rate)")
-        ->check(CLI::PositiveNumber)
+        ->check(tinfer::examples::at_least(1))
         ->capture_default_str();
     app.add_option("--min-prompt", options.min_prompt)->capture_default_str();
     app.add_option("--max-prompt", options.max_prompt)->capture_default_str();

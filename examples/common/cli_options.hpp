@@ -17,6 +17,8 @@
 #include <tinfer/tokenizer/chat_template.hpp>
 #include <tinfer/tokenizer/tokenizer_gguf.hpp>
 
+#include "cli_checks.hpp"
+
 namespace tinfer::examples {
 
 // Where scripts/fetch_model.sh caches the default model.

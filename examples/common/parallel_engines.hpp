@@ -26,6 +26,8 @@
 #include <tinfer/engine/engine.hpp>
 #include <tinfer/model/shipped_presets.hpp>
 
+#include "cli_checks.hpp"
+
 #ifdef TINFER_WITH_MPI
 #include <tinfer/distributed/lockstep.hpp>
 #include <tinfer/distributed/mpi_communicator.hpp>
@@ -60,18 +62,18 @@ inline void add_split_options(CLI::App& app, ParallelSplit& split, std::string c
                        ", every rank computes its shard of each step (float32 KV "
                        "cache)")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(tinfer::examples::at_least(1));
     auto* pp_option = app.add_option("--pp", split.pipeline,
                                      "Pipeline stages: run as `mpirun -n N " + program +
                                          " --pp N`; rank 0 " + rank0_does +
                                          ", rank r computes stage r's layers of each step "
                                          "(float32 KV cache)")
                           ->capture_default_str()
-                          ->check(CLI::PositiveNumber);
+                          ->check(tinfer::examples::at_least(1));
     app.add_option("--micro-batches", split.micro_batches,
                    "Pieces a step's rows are cut into under --pp, so the stages overlap")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber)
+        ->check(tinfer::examples::at_least(1))
         ->needs(pp_option);
 }
 

@@ -283,13 +283,14 @@ int main(int argc, char** argv) {
     app.add_flag("--chat", options.chat, "Wrap the prompt in the model's chat template");
     app.add_option("--max-tokens", options.max_tokens, "Most tokens to generate")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(tinfer::examples::at_least(1));
     examples::add_sampling_options(app, options.sampling);
-    app.add_option("--threads", options.threads, "CPU threads per rank (default: cores / ranks)");
+    app.add_option("--threads", options.threads, "CPU threads per rank (0: cores / ranks)")
+        ->check(tinfer::examples::at_least(0));
     app.add_option("--prefill-chunk", options.prefill_chunk,
                    "Most prompt tokens per request per step")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(tinfer::examples::at_least(1));
     app.add_option("--kv-budget-mb", options.kv_budget_mb, "KV cache per rank in MiB")
         ->capture_default_str();
     app.add_flag("--load", options.load, "Measure TPOT under long prompts mixed into decoding");
@@ -297,21 +298,21 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--concurrency", options.concurrency, "--load: short requests in flight")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(tinfer::examples::at_least(1));
     app.add_option("--short-max-tokens", options.short_max_tokens,
                    "--load: tokens per short request")
         ->capture_default_str()
         ->check(CLI::Range(2, 100000));
     app.add_option("--long-tokens", options.long_tokens, "--load: tokens of each long prompt")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(tinfer::examples::at_least(1));
     app.add_option("--long-prompts", options.long_prompts, "--load: how many long prompts")
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(tinfer::examples::at_least(0));
     app.add_option("--long-every", options.long_every,
                    "--load: seconds from one long prompt's arrival to the next")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(tinfer::examples::at_least(1));
     CLI11_PARSE(app, argc, argv);
 
     std::optional<distributed::MpiCommunicator> comm;

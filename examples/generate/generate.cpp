@@ -312,14 +312,15 @@ int main(int argc, char** argv) {
                    "default: the file's own");
     app.add_option("--max-tokens,-n", options.max_tokens, "Most tokens to generate (per reply)")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(tinfer::examples::at_least(1));
     app.add_option("-c,--ctx-size", options.context_size,
                    "KV cache positions, prompt and reply together (0: prompt + max tokens; "
                    "interactive: up to 4096)")
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(tinfer::examples::at_least(0));
     tinfer::examples::add_sampling_options(app, options.sampling);
-    app.add_option("--threads", options.threads, "CPU threads (default: all)");
+    app.add_option("--threads", options.threads, "CPU threads (0: all)")
+        ->check(tinfer::examples::at_least(0));
     app.add_flag("-v,--verbose", options.verbose,
                  "Say which CPU kernels run (AVX-512, AVX2 or portable; TINFER_ISA caps it)");
     app.add_option("--precision", options.precision,
@@ -337,7 +338,7 @@ int main(int argc, char** argv) {
                    "Codecs of the KV cache, 'K' for both or 'K,V' (the compiled-in pairs; "
                    "fp32 only under --tp / --pp)")
         ->capture_default_str()
-        ->check(CLI::IsMember(tinfer::kv::kv_codec_pair_names()));
+        ->check(tinfer::examples::one_of(tinfer::kv::kv_codec_pair_names()));
     app.add_option("--speculative-tokens", options.speculative_tokens,
                    "Speculative decoding, by prompt lookup (n-grams of 3 down to 1 tokens) or "
                    "--draft-model: "

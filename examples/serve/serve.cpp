@@ -1229,7 +1229,7 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(0, 65535));
     app.add_option("--threads", options.threads, "Engine CPU threads (0: all)")
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(tinfer::examples::at_least(0));
     app.add_option("--precision", options.precision,
                    "Activations of the matrix products: int8 (quantized per block of 32, as "
                    "llama.cpp; faster) or f32 (exact)")
@@ -1237,7 +1237,7 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--kv-budget-mb", options.kv_budget_mb, "KV cache size in MiB")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(tinfer::examples::at_least(1));
     app.add_option("--max-queue", options.max_queue,
                    "Most sequences (running + waiting) at once; more get HTTP 429")
         ->capture_default_str()
@@ -1246,34 +1246,34 @@ int main(int argc, char** argv) {
                    "Context length the API offers, prompt and answer together (0: the "
                    "model's); longer requests get HTTP 400")
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(tinfer::examples::at_least(0));
     app.add_option("--max-body-bytes", options.max_body_bytes,
                    "Largest request body; larger ones get HTTP 413")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(tinfer::examples::at_least(1));
     app.add_option("--header-timeout", options.header_timeout_seconds,
                    "Seconds a request's headers may take to arrive in all (not per read)")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(tinfer::examples::at_least(1));
     app.add_option("--body-timeout", options.body_timeout_seconds,
                    "Seconds a request's body may take to arrive in all")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(tinfer::examples::at_least(1));
     app.add_option_function<int>(
            "--read-timeout",
            [&](int seconds) {
                options.header_timeout_seconds = options.body_timeout_seconds = seconds;
            },
            "Sets --header-timeout and --body-timeout both")
-        ->check(CLI::PositiveNumber);
+        ->check(tinfer::examples::at_least(1));
     app.add_option("--keep-alive-timeout", options.keep_alive_timeout_seconds,
                    "Seconds a kept-alive connection may wait for its next request")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(tinfer::examples::at_least(1));
     app.add_option("--write-timeout", options.write_timeout_seconds,
                    "Seconds a client may take to accept an answer, or each part of a stream")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(tinfer::examples::at_least(1));
     app.add_option("--max-connections", options.max_connections,
                    "Open connections at once; more get HTTP 503 and are closed")
         ->capture_default_str()
@@ -1288,7 +1288,7 @@ int main(int argc, char** argv) {
     app.add_option("--default-max-tokens", options.default_max_tokens,
                    "Chat answers' length when the request sets no max_tokens")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(tinfer::examples::at_least(1));
     app.add_option("--api-key", options.api_key,
                    "Key clients must send as 'Authorization: Bearer <key>' (default: the "
                    "TINFER_API_KEY environment variable; empty: no key). /health and /metrics "
@@ -1314,7 +1314,7 @@ int main(int argc, char** argv) {
     app.add_option("--kv-cache-dtype", options.kv_cache_dtype,
                    "Codecs of the KV cache, 'K' for both or 'K,V' (the compiled-in pairs)")
         ->capture_default_str()
-        ->check(CLI::IsMember(tinfer::kv::kv_codec_pair_names()));
+        ->check(tinfer::examples::one_of(tinfer::kv::kv_codec_pair_names()));
     app.add_option("--role", options.role,
                    "Prefill/decode disaggregation, as one of two ranks of an mpirun: prefill "
                    "(serves HTTP, hands each request off after its first token) or decode "
