@@ -360,6 +360,12 @@ int main(int argc, char** argv) {
     try {
         if (options.prompt.empty() && options.prompt_file.empty() && !options.interactive)
             throw tinfer::RequestError("give a prompt: --prompt TEXT, -f FILE or --interactive");
+        // Without a chat these would be dropped in silence, and the user left wondering.
+        if (!options.chat && !options.interactive)
+            for (char const* const flag : {"--system", "--chat-template"})
+                if (app.count(flag) > 0)
+                    throw tinfer::RequestError(std::string(flag) +
+                                               " applies to a chat: add --chat or --interactive");
         if (options.split.split()) {
             char const* const flag = options.split.pipeline > 1 ? "--pp" : "--tp";
             if (options.interactive)

@@ -14,7 +14,9 @@
 - --speculative-tokens 4 (prompt lookup) gives the greedy answer without it, with drafts
   accepted; --draft-model (the model drafting for itself) gives that answer too, nearly every
   draft kept, and is refused without --speculative-tokens; --kv-cache-dtype int8 runs and
-  answers; an unknown dtype is refused naming the flag;
+  answers; an unknown dtype is refused naming the flag and the pairs;
+- --max-tokens 0 and --threads -2 are refused saying the floor; --system and --chat-template
+  without --chat or --interactive are refused (they would be dropped in silence);
 - the timing report (TTFT, TPOT, prefill and decode tokens/s) is on stderr;
 - --device cuda: what the CUDA backend lacks (--kv-cache-dtype int8, --precision int8) is
   refused naming the flag before anything loads; otherwise it answers greedily as the CPU does
@@ -171,8 +173,20 @@ def main():
     check(code == 0 and out.strip() and "KV int8" in err,
           f"--kv-cache-dtype int8 answers ({code}: {out!r} {err[-200:]!r})")
     code, _, err = run("--prompt", "x", "--kv-cache-dtype", "int3")
-    check(code != 0 and "--kv-cache-dtype" in err,
-          f"an unknown KV dtype is refused naming the flag ({code}: {err[-200:]!r})")
+    check(code != 0 and "--kv-cache-dtype: int3 is not one of fp32 | " in err
+          and "| int8,int4" in err,
+          f"an unknown KV dtype is refused naming the flag and the pairs ({code}: {err[-200:]!r})")
+
+    # Counts below their floor are refused saying the floor; chat-only flags need a chat.
+    for flags, said in ((("--max-tokens", "0"), "--max-tokens: must be at least 1, got 0"),
+                        (("--threads", "-2"), "--threads: must be 0 or more, got -2"),
+                        (("--system", "Be brief."),
+                         "--system applies to a chat: add --chat or --interactive"),
+                        (("--chat-template", "chatml"),
+                         "--chat-template applies to a chat: add --chat or --interactive")):
+        code, _, err = run("--prompt", "x", *flags)
+        check(code != 0 and said in err, f"{' '.join(flags)} is refused: {said!r} ({code}: "
+              f"{err[-200:]!r})")
 
     # --device cuda.
     for flags, named in ((("--kv-cache-dtype", "int8"), "--kv-cache-dtype int8"),
