@@ -259,11 +259,11 @@ class AttentionKernel {
         int const end_head = slice.count > 0 ? slice.first + slice.count : group_size;
         int const sliding_window = sliding_window_, kv_tile = this->kv_tile();
         float const scale = score_scale();
-        int const q_begin = block * query_block();
-        int const q_end = std::min(chunk.queries, q_begin + query_block());
-        int const count = q_end - q_begin;
+        QueryRange const queries = queries_of_block(chunk.queries, block);
+        KeyRange const keys_seen = keys_of_block(chunk.first_position, chunk.queries, block);
+        int const q_begin = queries.begin, count = queries.end - queries.begin;
         int const first_query = chunk.first_position + q_begin;
-        int const last_query = chunk.first_position + q_end - 1;
+        int const last_query = keys_seen.end - 1;  // the block's last query sees up to itself
         int const padded = padded_tile();
         float* keys = scratch;                              // [kv_tile][head_dim]
         float* keys_t = keys + kv_tile * head_dim;          // [head_dim][padded]
@@ -278,9 +278,8 @@ class AttentionKernel {
             std::fill_n(outputs + row * head_dim, head_dim, 0.0f);
         }
 
-        int const first_key = keys_of_block(chunk.first_position, chunk.queries, block).first;
         bool const transposed = count >= transposed_min_queries;
-        for (int tile = first_key / kv_tile * kv_tile; tile <= last_query; tile += kv_tile) {
+        for (int tile = keys_seen.first / kv_tile * kv_tile; tile <= last_query; tile += kv_tile) {
             int const tile_keys = std::min(kv_tile, last_query + 1 - tile);
             float const* const tile_k = tile_rows<true>(view, kv_head, tile, tile_keys, keys);
             float const* const tile_v = tile_rows<false>(view, kv_head, tile, tile_keys, values);
@@ -324,16 +323,25 @@ class AttentionKernel {
         }
     }
 
+    // The chunk's queries [begin, end) in query block `block`, counted from the chunk's first.
+    struct QueryRange {
+        int begin, end;
+    };
+    constexpr QueryRange queries_of_block(int queries, int block) const {
+        int const begin = block * query_block();
+        return {begin, std::min(queries, begin + query_block())};
+    }
+
     // The cached positions [first, end) that query block `block` of a chunk attends to.
     struct KeyRange {
         int first, end;
     };
     constexpr KeyRange keys_of_block(int first_position, int queries, int block) const {
-        int const q_begin = block * query_block();
-        int const q_end = std::min(queries, q_begin + query_block());
-        int const first_query = first_position + q_begin;
+        QueryRange const block_queries = queries_of_block(queries, block);
+        int const first_query = first_position + block_queries.begin;
         int const window = sliding_window_;
-        return {window > 0 ? std::max(0, first_query - window + 1) : 0, first_position + q_end};
+        return {window > 0 ? std::max(0, first_query - window + 1) : 0,
+                first_position + block_queries.end};
     }
 
     // Asks for the keys and values attend_block(view, kv_head, chunk, block) will read, the
