@@ -3,6 +3,7 @@
 // the decode loop allocates nothing.
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,12 @@ class Workspace {
         scratch_per_thread_ = per_thread;
         quantized_stride = kernels::int8_row_bytes(std::max({Cfg.hidden, Cfg.q_width(), Cfg.ffn}));
         quantized.resize(rows * quantized_stride);
+        // Whole cache lines per thread (and a line to align the first), so that no two threads
+        // write one line.
+        normed_copy_floats_ = (Cfg.hidden + 15) / 16 * 16;
+        quantized_copy_bytes_ = (quantized_stride + 63) / 64 * 64;
+        normed_copies.resize(static_cast<std::size_t>(threads) * normed_copy_floats_ + 16);
+        quantized_copies.resize(static_cast<std::size_t>(threads) * quantized_copy_bytes_ + 64);
     }
 
     int max_tokens() const { return max_tokens_; }
@@ -82,6 +89,15 @@ class Workspace {
         return quantized.data() + quantized_stride * static_cast<std::size_t>(row);
     }
     kernels::Int8Rows quantized_rows() const { return {quantized.data(), quantized_stride}; }
+    // Thread `thread`'s own copy of a one-row step's normed row, and of its int8 form.
+    float* normed_copy(int thread) {
+        return line_aligned(normed_copies.data()) +
+               normed_copy_floats_ * static_cast<std::size_t>(thread);
+    }
+    std::byte* quantized_copy(int thread) {
+        return line_aligned(quantized_copies.data()) +
+               quantized_copy_bytes_ * static_cast<std::size_t>(thread);
+    }
 
     // Activations, row-major over the step's tokens (chunks in order).
     std::vector<float> hidden;        // [tokens][hidden], the residual stream
@@ -104,9 +120,19 @@ class Workspace {
     // activations: [tokens][quantized_stride bytes], laid out by kernels::quantize_row_int8.
     std::vector<std::byte> quantized;
     std::size_t quantized_stride = 0;
+    // Per thread, a normed row and its int8 form (normed_copy, quantized_copy).
+    std::vector<float> normed_copies;
+    std::vector<std::byte> quantized_copies;
 
   private:
+    template <class T>
+    static T* line_aligned(T* p) {
+        auto const address = reinterpret_cast<std::uintptr_t>(p);
+        return reinterpret_cast<T*>(address + (64 - address % 64) % 64);
+    }
+
     std::size_t scratch_per_thread_ = 0;
+    std::size_t normed_copy_floats_ = 0, quantized_copy_bytes_ = 0;
     int max_tokens_;
     int threads_;
 };
