@@ -141,17 +141,24 @@ std::string decode_breakdown(tinfer::gguf::File const& file, int threads, Decode
     double const lm_head = t.with_head - t.layers;
     double const sampler = t.sampler;
     double const rest = t.one_layer - per_layer;
-    // KV read per step at the mean context of the run, float32 K and V.
-    double const kv_bytes = 2.0 * Cfg.layers * Cfg.kv_width() * sizeof(float) * generated / 2.0;
+    // KV read per step, float32 K and V, averaged over the run's positions: the token at
+    // position i reads i + 1 keys, or the layer's sliding window of them.
+    double kv_bytes = 0;
+    for (int layer = 0; layer < Cfg.layers; ++layer) {
+        int const window = Cfg.window_of(Cfg.layer_kind(layer));
+        double keys = 0;
+        for (int i = 0; i < generated; ++i) keys += window > 0 ? std::min(i + 1, window) : i + 1;
+        kv_bytes += 2.0 * Cfg.kv_width() * sizeof(float) * keys / generated;
+    }
     double const ceiling = (layer_bytes + head_bytes) / (read_gbps * 1e9);
     auto const gbps = [](double bytes, double seconds) { return bytes / seconds / 1e9; };
     char text[1024];
     std::snprintf(
         text, sizeof text,
-        "decode step, %d thread(s): %.3f ms = layers %d x %.4f ms (%.1f MB at %.1f GB/s, "
-        "attention's KV %.2f MB of it at mean context %d) + LM head %.3f ms (%.1f MB at %.1f "
-        "GB/s) + sampler %.3f ms (argmax over %d logits) + rest %.3f ms (embedding, RoPE "
-        "table, team start)",
+        "decode step, %d thread(s): %.3f ms = layers %d x %.4f ms (%.1f MB of weights at %.1f "
+        "GB/s, and %.2f MB of cached keys and values at mean position %d) + LM head %.3f ms "
+        "(%.1f MB at %.1f GB/s) + sampler %.3f ms (argmax over %d logits) + rest %.3f ms "
+        "(embedding, RoPE table, team start)",
         threads, 1e3 * step, Cfg.layers, 1e3 * per_layer, layer_bytes / 1e6,
         gbps(layer_bytes, per_layer * Cfg.layers), kv_bytes / 1e6, generated / 2, 1e3 * lm_head,
         head_bytes / 1e6, gbps(head_bytes, lm_head), 1e3 * sampler, Cfg.vocab, 1e3 * rest);
