@@ -316,19 +316,18 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
         rates.clear();
         std::vector<std::int32_t> next(static_cast<std::size_t>(options.batch));
         std::vector<SequenceChunk> chunks(next.size());
-        int const steps = batched_steps;
         for (int r = 0; options.batch > 0 && r <= options.repetitions; ++r) {
             for (int b = 0; b < options.batch; ++b) cache.clear(b);
             for (auto& t : next) t = token(rng);
             double const s = bench::median_seconds(1, [&] {
-                for (int i = 0; i < steps; ++i) {
+                for (int i = 0; i < batched_steps; ++i) {
                     for (int b = 0; b < options.batch; ++b)
                         chunks[b] = {
                             .slot = b, .first_position = i, .tokens = std::span(&next[b], 1)};
                     model.template forward<Precision>(chunks, cache, ws, logits);
                 }
             });
-            if (r > 0) rates.push_back(double(steps) * options.batch / s);
+            if (r > 0) rates.push_back(double(batched_steps) * options.batch / s);
         }
         if (options.batch == 0) continue;
         Stats const batched = stats_of(rates);

@@ -1,10 +1,20 @@
 #pragma once
-// Asking the memory system for bytes a little before they are read.
+// Cache lines: asking the memory system for bytes a little before they are read, and placing
+// per-thread data on lines of its own.
 #include <cstddef>
+#include <cstdint>
 
 namespace tinfer {
 
 inline constexpr std::size_t cache_line_bytes = 64;
+
+// The first address at or after p that starts a cache line.
+template <class T>
+T* cache_line_aligned(T* p) {
+    auto const address = reinterpret_cast<std::uintptr_t>(p);
+    return reinterpret_cast<T*>(address +
+                                (cache_line_bytes - address % cache_line_bytes) % cache_line_bytes);
+}
 
 // Whether the compiler may move the prefetches among the loads around them. `pinned` keeps them
 // where the code asks for them, ahead of the loads that follow (an asm statement on x86).

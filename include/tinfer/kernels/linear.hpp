@@ -36,6 +36,7 @@
 #include <tinfer/core/dispatch.hpp>
 #include <tinfer/core/error.hpp>
 #include <tinfer/core/extent.hpp>
+#include <tinfer/core/prefetch.hpp>
 #include <tinfer/kernels/activation_math.hpp>
 #include <tinfer/kernels/int8_activations.hpp>
 #include <tinfer/kernels/int8_dot.hpp>
@@ -242,8 +243,7 @@ struct PanelScratch {
     int* sums = nullptr;
 };
 inline PanelScratch panel_scratch(float* buffer, int cols) {
-    auto const address = reinterpret_cast<std::uintptr_t>(buffer);
-    auto* base = reinterpret_cast<std::byte*>(buffer) + ((64 - address % 64) % 64);
+    auto* base = cache_line_aligned(reinterpret_cast<std::byte*>(buffer));
     std::size_t const panel = int8_panel_bytes(cols);
     auto* partial = reinterpret_cast<float*>(base + 2 * panel);
     std::size_t const partial_floats = int8_panel_partial_floats(2, int8_panel_max_tokens);

@@ -57,9 +57,7 @@ class HostOps {
           rows_(rows),
           scratch_(scratch),
           failure_(failure),
-          thread_(omp_get_thread_num()),
-          normed_(ws.normed.data()),
-          normed_int8_(ws.quantized_rows()) {}
+          thread_(omp_get_thread_num()) {}
 
     bool failed() const { return static_cast<bool>(failure_); }
 
@@ -79,18 +77,14 @@ class HostOps {
     // SmolLM2's 60 us two-thread layer, twice a layer; the copies gained 0.4-0.8% a token.
     void normalize(std::span<float const> weight) {
         auto const hidden = this->hidden();
-        if (rows_ == 1) {
+        if (normalizes_own_copy()) {
             // ws.hidden is complete: the op that last wrote it ended with a barrier.
             float* out = ws_.normed_copy(thread_);
             kernels::rmsnorm_row(hidden, ws_.hidden.data(), weight.data(), norm_eps, out);
             if constexpr (int8_precision)
                 kernels::quantize_row_int8(out, hidden, ws_.quantized_copy(thread_));
-            normed_ = out;
-            normed_int8_ = {ws_.quantized_copy(thread_), ws_.quantized_stride};
             return;
         }
-        normed_ = ws_.normed.data();
-        normed_int8_ = ws_.quantized_rows();
 #pragma omp for schedule(static)
         for (int row = 0; row < rows_; ++row) {
             float* out = ws_.normed.data() + static_cast<std::size_t>(row) * hidden;
@@ -282,10 +276,12 @@ class HostOps {
             kernels::dispatch_weight_type(gate.type, [&]<DType W>() {
                 if constexpr (int8_precision && kernels::has_int8_dot(W)) {
                     kernels::gated_linear_team<W, kernels::Isa::native, Gate>(
-                        hidden(), gate, up, normed_int8_, rows_, ws_.gate.data(), ffn, scratch_);
+                        hidden(), gate, up, normed_int8_rows(), rows_, ws_.gate.data(), ffn,
+                        scratch_);
                 } else {
                     kernels::gated_linear_team<W, kernels::Isa::native, Gate>(
-                        gate, up, kernels::FloatRows{normed_, static_cast<std::size_t>(hidden())},
+                        gate, up,
+                        kernels::FloatRows{normed_rows(), static_cast<std::size_t>(hidden())},
                         rows_, ws_.gate.data(), ffn, scratch_);
                 }
             });
@@ -359,11 +355,25 @@ class HostOps {
         return rows_ == 1 && chunks_.size() == 1;
     }
 
+    // Whether normalize writes this thread's own copy of the row (a one-row step) rather than
+    // the workspace's shared rows; the products that read the normed rows read the same place.
+    bool normalizes_own_copy() const {
+        return rows_ == 1;
+    }
+    float const* normed_rows() const {
+        return normalizes_own_copy() ? ws_.normed_copy(thread_) : ws_.normed.data();
+    }
+    kernels::Int8Rows normed_int8_rows() const {
+        return normalizes_own_copy()
+                   ? kernels::Int8Rows{ws_.quantized_copy(thread_), ws_.quantized_stride}
+                   : ws_.quantized_rows();
+    }
+
     // The rows a product reads, float or (int8 precision, int8-capable matrix) quantized.
     std::pair<float const*, int> input_of(Activations input) const {
         switch (input) {
             case Activations::normed:
-                return {normed_, hidden()};
+                return {normed_rows(), hidden()};
             case Activations::attended:
                 return {ws_.attended.data(), q_width()};
             case Activations::ffn_hidden:
@@ -391,8 +401,8 @@ class HostOps {
         kernels::dispatch_weight_type(w.type, [&]<DType W>() {
             if constexpr (int8_precision && kernels::has_int8_dot(W)) {
                 kernels::linear_team<W>(
-                    w, input == Activations::normed ? normed_int8_ : ws_.quantized_rows(), rows_, y,
-                    y_stride, store, scratch_);
+                    w, input == Activations::normed ? normed_int8_rows() : ws_.quantized_rows(),
+                    rows_, y, y_stride, store, scratch_);
             } else {
                 kernels::linear_team<W>(w, kernels::FloatRows{x, static_cast<std::size_t>(width)},
                                         rows_, y, y_stride, store, scratch_);
@@ -446,10 +456,6 @@ class HostOps {
     float* scratch_;
     std::exception_ptr& failure_;
     int thread_;
-    // The normed rows the next products read, and their int8 form: the workspace's shared
-    // rows, or this thread's own copy in a one-row step (normalize).
-    float const* normed_;
-    kernels::Int8Rows normed_int8_;
 };
 
 }  // namespace tinfer::model

@@ -3,13 +3,13 @@
 // the decode loop allocates nothing.
 #include <algorithm>
 #include <cstddef>
-#include <cstdint>
 #include <string>
 #include <vector>
 
 #include <tinfer/config/model_config.hpp>
 #include <tinfer/config/validate.hpp>
 #include <tinfer/core/error.hpp>
+#include <tinfer/core/prefetch.hpp>
 #include <tinfer/kernels/attention.hpp>
 #include <tinfer/kernels/int8_activations.hpp>
 #include <tinfer/kernels/linear.hpp>
@@ -72,10 +72,10 @@ class Workspace {
         quantized.resize(rows * quantized_stride);
         // Whole cache lines per thread (and a line to align the first), so that no two threads
         // write one line.
-        normed_copy_floats_ = (Cfg.hidden + 15) / 16 * 16;
-        quantized_copy_bytes_ = (quantized_stride + 63) / 64 * 64;
-        normed_copies.resize(static_cast<std::size_t>(threads) * normed_copy_floats_ + 16);
-        quantized_copies.resize(static_cast<std::size_t>(threads) * quantized_copy_bytes_ + 64);
+        normed_copies.resize(static_cast<std::size_t>(threads) * normed_copy_floats +
+                             cache_line_bytes / sizeof(float));
+        quantized_copies.resize(static_cast<std::size_t>(threads) * quantized_copy_bytes() +
+                                cache_line_bytes);
     }
 
     int max_tokens() const { return max_tokens_; }
@@ -91,12 +91,12 @@ class Workspace {
     kernels::Int8Rows quantized_rows() const { return {quantized.data(), quantized_stride}; }
     // Thread `thread`'s own copy of a one-row step's normed row, and of its int8 form.
     float* normed_copy(int thread) {
-        return line_aligned(normed_copies.data()) +
-               normed_copy_floats_ * static_cast<std::size_t>(thread);
+        return cache_line_aligned(normed_copies.data()) +
+               normed_copy_floats * static_cast<std::size_t>(thread);
     }
     std::byte* quantized_copy(int thread) {
-        return line_aligned(quantized_copies.data()) +
-               quantized_copy_bytes_ * static_cast<std::size_t>(thread);
+        return cache_line_aligned(quantized_copies.data()) +
+               quantized_copy_bytes() * static_cast<std::size_t>(thread);
     }
 
     // Activations, row-major over the step's tokens (chunks in order).
@@ -125,14 +125,15 @@ class Workspace {
     std::vector<std::byte> quantized_copies;
 
   private:
-    template <class T>
-    static T* line_aligned(T* p) {
-        auto const address = reinterpret_cast<std::uintptr_t>(p);
-        return reinterpret_cast<T*>(address + (64 - address % 64) % 64);
+    // A thread's normed copy and int8 copy, in whole cache lines.
+    static constexpr std::size_t normed_copy_floats =
+        (Cfg.hidden * sizeof(float) + cache_line_bytes - 1) / cache_line_bytes * cache_line_bytes /
+        sizeof(float);
+    std::size_t quantized_copy_bytes() const {
+        return (quantized_stride + cache_line_bytes - 1) / cache_line_bytes * cache_line_bytes;
     }
 
     std::size_t scratch_per_thread_ = 0;
-    std::size_t normed_copy_floats_ = 0, quantized_copy_bytes_ = 0;
     int max_tokens_;
     int threads_;
 };
