@@ -82,14 +82,40 @@ struct Case {
                                          {first, std::min(slice, group - first)});
         return out;
     }
+
+    // One query at `position` as a split-KV decode step runs it: every segment on its own
+    // (attend_segment, each KV head's group cut into slices of `slice` heads), in reverse order
+    // as threads may finish them, then folded (merge_segments).
+    std::vector<float> run_in_segments(int position, int slice, float const* q_row) const {
+        std::vector<float> out(width);
+        tt::poison(std::span<float>(out));
+        std::vector<float> scratch(Kernel::scratch_floats);
+        constexpr auto kernel = Kernel::kernel;
+        int const segments = kernel.segments(position);
+        std::size_t const per_segment =
+            static_cast<std::size_t>(group) * kernel.segment_state_floats();
+        std::vector<float> states(per_segment * segments);
+        tt::poison(std::span<float>(states));
+        k::AttentionChunk const chunk{position, 1, q_row, width, out.data(), width};
+        for (int kv_head = 0; kv_head < kv_heads; ++kv_head) {
+            for (int s = segments - 1; s >= 0; --s)
+                for (int first = 0; first < group; first += slice)
+                    kernel.attend_segment(view, kv_head, chunk, s, scratch.data(),
+                                          states.data() + s * per_segment,
+                                          {first, std::min(slice, group - first)});
+            kernel.merge_segments(states.data(), segments, kv_head, chunk);
+        }
+        return out;
+    }
 };
 
 // Bound of one output element o_d = sum_j p_j v_jd. A score s_j = q.k_j / sqrt(d) is off by at
 // most delta = (d + 2) u sum_i |q_i k_ji| / sqrt(d) (the dot, the scale constant and the
 // product), which moves p_j relatively by at most 2 delta (its own and the normaliser's share).
-// exp2 adds 2 u, the subtraction of the running maximum |s| u, each tile's rescale u, the sums
-// over n keys n u each and the final division u. So |o_d - ref_d| <= (2 delta + (2n + 2 tiles +
-// max|s| log2(e) + 4) u) sum_j p_j |v_jd|; we allow twice that (eps for u).
+// exp2 adds 2 u, the subtraction of the running maximum |s| u, each tile's rescale u, each
+// segment's merge u (its rescale) and u (its add), the sums over n keys n u each and the final
+// division u. So |o_d - ref_d| <= (2 delta + (2n + 2 tiles + 2 segments + max|s| log2(e) + 4) u)
+// sum_j p_j |v_jd|; we allow twice that (eps for u).
 template <int head_dim, int group, int window, int kv_heads, int scale_dim>
 double reference_error(Case<head_dim, group, window, kv_heads, scale_dim> const& c,
                        int first_position, int queries, std::vector<float> const& out) {
@@ -100,6 +126,8 @@ double reference_error(Case<head_dim, group, window, kv_heads, scale_dim> const&
         int const lo = window > 0 ? std::max(0, position - window + 1) : 0;
         int const n = position - lo + 1;
         int const tiles = position / C::Kernel::kv_tile - lo / C::Kernel::kv_tile + 1;
+        int const segments =
+            position / C::Kernel::kernel.kv_segment() - lo / C::Kernel::kernel.kv_segment() + 1;
         for (int h = 0; h < C::heads; ++h) {
             int const kv_head = h / group;
             float const* q = c.q.data() + (first_position + i) * C::width + h * head_dim;
@@ -123,7 +151,8 @@ double reference_error(Case<head_dim, group, window, kv_heads, scale_dim> const&
             double total = 0;
             for (double& s : scores) total += (s = std::exp(s - max_score));
             double const rtol =
-                2 * delta + (2.0 * n + 2 * tiles + max_abs_score * 1.4427 + 4) * eps32;
+                2 * delta +
+                (2.0 * n + 2 * tiles + 2 * segments + max_abs_score * 1.4427 + 4) * eps32;
             for (int d = 0; d < head_dim; ++d) {
                 double ref = 0, magnitude = 0;
                 for (int j = 0; j < n; ++j) {
@@ -177,6 +206,14 @@ void check_attention(std::uint64_t seed) {
             BOOST_TEST(
                 std::memcmp(alone.data(), out.data() + i * C::width, C::width * sizeof(float)) == 0,
                 "query at " << chunk.first_position + i << " alone differs from its chunk");
+            for (int slice : {group, 1}) {
+                std::vector<float> const split =
+                    c.run_in_segments(chunk.first_position + i, slice, q_rows + i * C::width);
+                BOOST_TEST(std::memcmp(split.data(), out.data() + i * C::width,
+                                       C::width * sizeof(float)) == 0,
+                           "query at " << chunk.first_position + i << " split into segments ("
+                                       << slice << "-head slices) differs from its chunk");
+            }
         }
         // Slices of the group: every output written (the poison gone), the same bits.
         for (int slice = 1; slice < group; ++slice) {

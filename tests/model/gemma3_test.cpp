@@ -1,7 +1,7 @@
 // The second real model, Gemma 3 270M (Q4_K_M): bound in place with each matrix's own type,
 // its description read back as the preset, and batch invariance across the sliding window
-// (a prompt longer than 512 tokens alone, prefilled in pieces, and batched with another:
-// bitwise the same logits).
+// (a prompt longer than 512 tokens alone, prefilled in pieces, batched with another, and its
+// last token decoded alone with its keys split between two threads: bitwise the same logits).
 #include <algorithm>
 #include <random>
 #include <span>
@@ -96,6 +96,20 @@ BOOST_AUTO_TEST_CASE(batched_and_chunked_equal_alone_across_the_window) {
     BOOST_TEST(std::equal(short_alone.begin(), short_alone.end(), batched.begin() + vocab));
     BOOST_TEST(std::all_of(long_alone.begin(), long_alone.end(),
                            [](float x) { return std::isfinite(x); }));
+
+    // The long prompt's last token as a decode step of its own on the two threads: its
+    // attention split into segments of keys (split-KV, model/llama.hpp's plan_attention), each
+    // thread folding some, the last to finish merging them; the logits of the one-pass prefill.
+    cache.clear(0);
+    tinfer::SequenceChunk const prefix{0, 0, all.first(all.size() - 1)};
+    f.model.forward(std::span(&prefix, 1), cache, ws, scratch);
+    tinfer::SequenceChunk const last{0, static_cast<int>(all.size()) - 1, all.last(1)};
+    std::vector<float> decoded(vocab);
+    f.model.forward(std::span(&last, 1), cache, ws, decoded);
+    BOOST_TEST(ws.segments == Model::Attention::kernel.segments(last.first_position));
+    BOOST_TEST(ws.segments > 1);
+    BOOST_TEST(std::equal(long_alone.begin(), long_alone.end(), decoded.begin()),
+               "a split-KV decode step differs from the prefill's last row");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -14,6 +14,13 @@
 // values, never on which other queries share its block, chunk or batch, or on threads. A token
 // prefilled inside a chunk and the same token decoded alone give bitwise the same output.
 //
+// Segments (split-KV decode): the keys are also cut into segments of kv_segment positions, at
+// absolute multiples of it, and a query runs a fresh online softmax over each segment, the
+// segments' states then folded into one in increasing order (merge_state). A one-query decode
+// step can so hand its segments to different threads (attend_segment) and fold them after
+// (merge_segments), with the bits every other path computes: Gemma 3's one KV head at long
+// contexts was otherwise read whole by each thread.
+//
 // Scores, each dot's bits whichever way they are computed (the sums of kernels::dot: lane
 // l % 16 of d, then its fixed tree): a block of several queries transposes its K tile once per
 // tile (key j's dimension d at keys_t[d][j]), so that one register holds 16 keys' partial sums
@@ -209,13 +216,22 @@ class AttentionKernel {
 
     // Keys per tile: a K tile and a V tile of 16 KiB each, whatever head_dim, so both stay in L1.
     constexpr int kv_tile() const { return std::max(8, 4096 / head_dim()); }
+    // Positions per segment: whole tiles, at least segment_positions.
+    constexpr int kv_segment() const {
+        return (segment_positions + kv_tile() - 1) / kv_tile() * kv_tile();
+    }
+    // Segments holding positions 0 .. position: those a query at `position` may see.
+    constexpr int segments(int position) const { return position / kv_segment() + 1; }
+    // One query head's softmax state in attend_segment's output: the unnormalised output
+    // [head_dim], then the running maximum and the sum (0: the segment held none of its keys).
+    constexpr int segment_state_floats() const { return head_dim() + 2; }
     // Queries per task: about 64 (query, head) states of head_dim floats, also L1 sized.
     constexpr int query_block() const { return std::max(1, 64 / group_size()); }
     constexpr int state_rows() const { return query_block() * group_size(); }
     // Softmax in base 2: exp(s / sqrt(d)) = exp2(s * log2(e) / sqrt(d)). A constant where d is
     // static: GCC left the square root's Newton loop (a double division per step) in every
     // query's tile update, 13% of Gemma 3's prefill attention; a dynamic d pays it once per
-    // block (attend_block).
+    // segment of a block (fold_keys).
     constexpr float score_scale() const {
         if constexpr (QueryScaleDim::is_static) {
             constexpr float scale = static_cast<float>(
@@ -236,11 +252,11 @@ class AttentionKernel {
         return (kv_tile() + key_lanes - 1) / key_lanes * key_lanes;
     }
     // Per-thread scratch: K tile, its transpose, V tile, a band's tiles of scores, and the
-    // block's softmax states.
+    // block's softmax states twice (the segment's, and the earlier segments' folded).
     constexpr std::size_t scratch_floats() const {
         return 2 * static_cast<std::size_t>(kv_tile()) * head_dim() +
                static_cast<std::size_t>(padded_tile()) * (head_dim() + band_heads) +
-               static_cast<std::size_t>(state_rows()) * (head_dim() + 2);
+               2 * static_cast<std::size_t>(state_rows()) * (head_dim() + 2);
     }
     // Tasks that `attend_block` splits a chunk into, per KV head.
     constexpr int blocks(int queries) const {
@@ -255,71 +271,81 @@ class AttentionKernel {
     void attend_block(View const& view, int kv_head, AttentionChunk const& chunk, int block,
                       float* scratch, HeadSlice slice = {}) const {
         int const head_dim = this->head_dim(), group_size = this->group_size();
-        int const first_head = slice.first;
-        int const end_head = slice.count > 0 ? slice.first + slice.count : group_size;
-        int const sliding_window = sliding_window_, kv_tile = this->kv_tile();
-        float const scale = score_scale();
+        int const segment = kv_segment();
         QueryRange const queries = queries_of_block(chunk.queries, block);
         KeyRange const keys_seen = keys_of_block(chunk.first_position, chunk.queries, block);
-        int const q_begin = queries.begin, count = queries.end - queries.begin;
-        int const first_query = chunk.first_position + q_begin;
-        int const last_query = keys_seen.end - 1;  // the block's last query sees up to itself
-        int const padded = padded_tile();
-        float* keys = scratch;                              // [kv_tile][head_dim]
-        float* keys_t = keys + kv_tile * head_dim;          // [head_dim][padded]
-        float* values = keys_t + padded * head_dim;         // [kv_tile][head_dim]
-        float* scores = values + kv_tile * head_dim;        // [band_heads][padded]
-        float* outputs = scores + band_heads * padded;      // [state_rows][head_dim]
-        float* maxima = outputs + state_rows() * head_dim;  // [state_rows]
-        float* sums = maxima + state_rows();                // [state_rows]
-        for (int row = 0; row < count * group_size; ++row) {
-            maxima[row] = negative_infinity;
-            sums[row] = 0;
-            std::fill_n(outputs + row * head_dim, head_dim, 0.0f);
-        }
-
-        bool const transposed = count >= transposed_min_queries;
-        for (int tile = keys_seen.first / kv_tile * kv_tile; tile <= last_query; tile += kv_tile) {
-            int const tile_keys = std::min(kv_tile, last_query + 1 - tile);
-            float const* const tile_k = tile_rows<true>(view, kv_head, tile, tile_keys, keys);
-            float const* const tile_v = tile_rows<false>(view, kv_head, tile, tile_keys, values);
-            if (transposed) detail::transpose_keys(tile_k, tile_keys, head_dim, keys_t, padded);
+        int const count = queries.end - queries.begin;
+        BlockStates const running = block_states(scratch, 0), folded = block_states(scratch, 1);
+        int const first_segment = keys_seen.first / segment;
+        bool const one_segment = first_segment == (keys_seen.end - 1) / segment;
+        if (!one_segment) folded.clear(count * group_size, head_dim);
+        for (int s = first_segment; s * segment < keys_seen.end; ++s) {
+            running.clear(count * group_size, head_dim);
+            fold_keys(view, kv_head, chunk, queries,
+                      {std::max(s * segment, keys_seen.first),
+                       std::min((s + 1) * segment, keys_seen.end)},
+                      scratch, slice, running);
+            if (one_segment) break;
             for (int i = 0; i < count; ++i) {
-                int const position = first_query + i;
-                // This query's keys within the tile, tile-relative and inclusive.
-                int const window_start = sliding_window > 0 ? position - sliding_window + 1 : 0;
-                int const lo = std::max(tile, window_start) - tile;
-                int const hi = std::min(tile_keys - 1, position - tile);
-                if (lo > hi) continue;
-                float const* q_row = chunk.q +
-                                     static_cast<std::size_t>(q_begin + i) * chunk.q_stride +
-                                     static_cast<std::size_t>(kv_head) * group_size * head_dim;
-                int const first_row = i * group_size;
-                for_each_tile<band_heads>(first_head, end_head, [&]<int H>(int g0) {
-                    if (transposed) {
-                        band_scores<H>(q_row + g0 * head_dim, keys_t, lo, hi, scale, scores);
-                    } else {
-                        for (int h = 0; h < H; ++h)
-                            row_scores(q_row + (g0 + h) * head_dim, tile_k, lo, hi, scale,
-                                       scores + h * padded);
-                    }
-                    int const row = first_row + g0;
-                    fold<H>(scores, tile_v, lo, hi, maxima + row, sums + row,
-                            outputs + row * head_dim);
-                });
+                for (int g = first_head(slice); g < end_head(slice); ++g) {
+                    int const row = i * group_size + g;
+                    merge_state(running.output(row, head_dim), running.maxima[row],
+                                running.sums[row], folded.output(row, head_dim), folded.maxima[row],
+                                folded.sums[row]);
+                }
             }
         }
-
+        BlockStates const& result = one_segment ? running : folded;
         for (int i = 0; i < count; ++i) {
-            float* out_row = chunk.out + static_cast<std::size_t>(q_begin + i) * chunk.out_stride +
+            float* out_row = chunk.out +
+                             static_cast<std::size_t>(queries.begin + i) * chunk.out_stride +
                              static_cast<std::size_t>(kv_head) * group_size * head_dim;
-            for (int g = first_head; g < end_head; ++g) {
+            for (int g = first_head(slice); g < end_head(slice); ++g) {
                 int const row = i * group_size + g;
-                float const inverse_sum = 1.0f / sums[row];
-                float const* acc = outputs + row * head_dim;
-#pragma omp simd
-                for (int d = 0; d < head_dim; ++d) out_row[g * head_dim + d] = acc[d] * inverse_sum;
+                normalize_output(result.output(row, head_dim), result.sums[row],
+                                 out_row + g * head_dim);
             }
+        }
+    }
+
+    // Split-KV decode, part one: the one query of `chunk` (a decode step) over the keys of
+    // segment `segment` alone, the query heads of `slice`; head g's state (segment_state_floats)
+    // goes to states + g * segment_state_floats(). A segment holding none of the query's keys
+    // (before its window, or past it) leaves a state of sum 0, which merge_segments skips.
+    template <kv::KvView View>
+    void attend_segment(View const& view, int kv_head, AttentionChunk const& chunk, int segment,
+                        float* scratch, float* states, HeadSlice slice = {}) const {
+        int const head_dim = this->head_dim(), group_size = this->group_size();
+        KeyRange const keys = keys_of_segment(chunk.first_position, segment);
+        BlockStates const running = block_states(scratch, 0);
+        running.clear(group_size, head_dim);
+        if (keys.first < keys.end)
+            fold_keys(view, kv_head, chunk, {0, 1}, keys, scratch, slice, running);
+        for (int g = first_head(slice); g < end_head(slice); ++g) {
+            float* state = states + static_cast<std::size_t>(g) * segment_state_floats();
+            std::copy_n(running.output(g, head_dim), head_dim, state);
+            state[head_dim] = running.maxima[g];
+            state[head_dim + 1] = running.sums[g];
+        }
+    }
+
+    // Split-KV decode, part two: folds the `segments` states attend_segment left for segments
+    // 0 .. segments - 1 (each `group_size * segment_state_floats()` floats after the last) in
+    // order, and writes the KV head's group of outputs of the chunk's one query: bitwise what
+    // attend_block writes for it.
+    void merge_segments(float const* states, int segments, int kv_head,
+                        AttentionChunk const& chunk) const {
+        int const head_dim = this->head_dim(), group_size = this->group_size();
+        std::size_t const stride = static_cast<std::size_t>(group_size) * segment_state_floats();
+        float* out_row = chunk.out + static_cast<std::size_t>(kv_head) * group_size * head_dim;
+        for (int g = 0; g < group_size; ++g) {
+            float* output = out_row + g * head_dim;
+            float maximum = negative_infinity, sum = 0;
+            for (int s = 0; s < segments; ++s) {
+                float const* state = states + s * stride + g * segment_state_floats();
+                merge_state(state, state[head_dim], state[head_dim + 1], output, maximum, sum);
+            }
+            normalize_output(output, sum, output);
         }
     }
 
@@ -344,21 +370,30 @@ class AttentionKernel {
                 first_position + block_queries.end};
     }
 
+    // The positions [first, end) of segment `segment` that a query at `position` attends to
+    // (empty where the segment lies before its window or after it).
+    constexpr KeyRange keys_of_segment(int position, int segment) const {
+        KeyRange const seen = keys_of_block(position, 1, 0);
+        return {std::max(seen.first, segment * kv_segment()),
+                std::min(seen.end, (segment + 1) * kv_segment())};
+    }
+
     // Asks for the keys and values attend_block(view, kv_head, chunk, block) will read, the
     // first `max_positions` of those already cached, where the view can (kv::KvPrefetchView);
     // returns how many positions it asked for.
     template <kv::KvView View>
     int prefetch_block(View const& view, int kv_head, AttentionChunk const& chunk, int block,
                        int max_positions) const {
-        if constexpr (kv::KvPrefetchView<View>) {
-            KeyRange const keys = keys_of_block(chunk.first_position, chunk.queries, block);
-            int const end = std::min({keys.end, view.tokens(), keys.first + max_positions});
-            if (end <= keys.first) return 0;
-            view.prefetch(kv_head, keys.first, end - keys.first);
-            return end - keys.first;
-        } else {
-            return 0;
-        }
+        return prefetch_keys(view, kv_head,
+                             keys_of_block(chunk.first_position, chunk.queries, block),
+                             max_positions);
+    }
+    // The same for attend_segment(view, kv_head, chunk, segment).
+    template <kv::KvView View>
+    int prefetch_segment(View const& view, int kv_head, AttentionChunk const& chunk, int segment,
+                         int max_positions) const {
+        return prefetch_keys(view, kv_head, keys_of_segment(chunk.first_position, segment),
+                             max_positions);
     }
 
     // Every KV head and query block of one chunk, spread over `threads`; scratch holds
@@ -403,6 +438,136 @@ class AttentionKernel {
     }
 
   private:
+    // Each segment a block starts clears a state per (query, head) and folds it into the
+    // earlier segments' (about four passes over head_dim floats), where the segment's keys cost
+    // 2 x segment_positions multiply-adds per dimension. At 64 positions prefill attention ran
+    // 6-10% slower than before segments (Gemma 3's and SmolLM2's shapes, 512 queries from an
+    // empty cache, one thread), and splitting decode at tg128 gained 0-1%; at 256 the whole
+    // change costs it 2-5% (runs interleaved, within this machine's drift), and decode splits
+    // from 256 positions on, where the keys start to weigh.
+    static constexpr int segment_positions = 256;
+
+    template <kv::KvView View>
+    static int prefetch_keys(View const& view, int kv_head, KeyRange keys, int max_positions) {
+        if constexpr (kv::KvPrefetchView<View>) {
+            int const end = std::min({keys.end, view.tokens(), keys.first + max_positions});
+            if (end <= keys.first) return 0;
+            view.prefetch(kv_head, keys.first, end - keys.first);
+            return end - keys.first;
+        } else {
+            return 0;
+        }
+    }
+
+    static constexpr int first_head(HeadSlice slice) {
+        return slice.first;
+    }
+    constexpr int end_head(HeadSlice slice) const {
+        return slice.count > 0 ? slice.first + slice.count : group_size();
+    }
+
+    // A block's online softmax states in its scratch: outputs [state_rows][head_dim], then
+    // maxima and sums [state_rows]; `set` 0 the current segment's, 1 the earlier segments'
+    // folded.
+    struct BlockStates {
+        float* outputs;
+        float* maxima;
+        float* sums;
+        float* output(int row, int head_dim) const { return outputs + row * head_dim; }
+        void clear(int rows, int head_dim) const {
+            std::fill_n(maxima, rows, negative_infinity);
+            std::fill_n(sums, rows, 0.0f);
+            std::fill_n(outputs, static_cast<std::size_t>(rows) * head_dim, 0.0f);
+        }
+    };
+    BlockStates block_states(float* scratch, int set) const {
+        std::size_t const tiles =
+            2 * static_cast<std::size_t>(kv_tile()) * head_dim() +
+            static_cast<std::size_t>(padded_tile()) * (head_dim() + band_heads);
+        float* const outputs =
+            scratch + tiles + static_cast<std::size_t>(set) * state_rows() * (head_dim() + 2);
+        float* const maxima = outputs + state_rows() * head_dim();
+        return {outputs, maxima, maxima + state_rows()};
+    }
+
+    // Folds a segment's state (output a, maximum m, sum l) into the state of the segments before
+    // it (A, M, L), in segment order: the one way segments combine, in attend_block and in
+    // merge_segments alike. A sum of 0 is a segment (or a fold) without keys.
+    void merge_state(float const* a, float m, float l, float* A, float& M, float& L) const {
+        int const head_dim = this->head_dim();
+        if (l == 0) return;
+        if (L == 0) {
+            std::copy_n(a, head_dim, A);
+            M = m;
+            L = l;
+            return;
+        }
+        float const top = std::max(M, m);
+        float const earlier = fast_exp2(M - top), later = fast_exp2(m - top);
+        L = L * earlier + l * later;
+#pragma omp simd
+        for (int d = 0; d < head_dim; ++d) A[d] = A[d] * earlier + a[d] * later;
+        M = top;
+    }
+
+    void normalize_output(float const* acc, float sum, float* out) const {
+        int const head_dim = this->head_dim();
+        float const inverse_sum = 1.0f / sum;
+#pragma omp simd
+        for (int d = 0; d < head_dim; ++d) out[d] = acc[d] * inverse_sum;
+    }
+
+    // The keys [keys.first, keys.end) of one segment folded into the states of the queries of
+    // `queries` (each only its causal and window range of them), tile by tile.
+    template <kv::KvView View>
+    void fold_keys(View const& view, int kv_head, AttentionChunk const& chunk, QueryRange queries,
+                   KeyRange keys, float* scratch, HeadSlice slice,
+                   BlockStates const& states) const {
+        int const head_dim = this->head_dim(), group_size = this->group_size();
+        int const sliding_window = sliding_window_, kv_tile = this->kv_tile();
+        float const scale = score_scale();
+        int const count = queries.end - queries.begin;
+        int const first_query = chunk.first_position + queries.begin;
+        int const padded = padded_tile();
+        float* keys_buffer = scratch;                      // [kv_tile][head_dim]
+        float* keys_t = keys_buffer + kv_tile * head_dim;  // [head_dim][padded]
+        float* values = keys_t + padded * head_dim;        // [kv_tile][head_dim]
+        float* scores = values + kv_tile * head_dim;       // [band_heads][padded]
+
+        bool const transposed = count >= transposed_min_queries;
+        for (int tile = keys.first / kv_tile * kv_tile; tile < keys.end; tile += kv_tile) {
+            int const tile_keys = std::min(kv_tile, keys.end - tile);
+            float const* const tile_k =
+                tile_rows<true>(view, kv_head, tile, tile_keys, keys_buffer);
+            float const* const tile_v = tile_rows<false>(view, kv_head, tile, tile_keys, values);
+            if (transposed) detail::transpose_keys(tile_k, tile_keys, head_dim, keys_t, padded);
+            for (int i = 0; i < count; ++i) {
+                int const position = first_query + i;
+                // This query's keys within the tile, tile-relative and inclusive.
+                int const window_start = sliding_window > 0 ? position - sliding_window + 1 : 0;
+                int const lo = std::max(tile, window_start) - tile;
+                int const hi = std::min(tile_keys - 1, position - tile);
+                if (lo > hi) continue;
+                float const* q_row = chunk.q +
+                                     static_cast<std::size_t>(queries.begin + i) * chunk.q_stride +
+                                     static_cast<std::size_t>(kv_head) * group_size * head_dim;
+                int const first_row = i * group_size;
+                for_each_tile<band_heads>(first_head(slice), end_head(slice), [&]<int H>(int g0) {
+                    if (transposed) {
+                        band_scores<H>(q_row + g0 * head_dim, keys_t, lo, hi, scale, scores);
+                    } else {
+                        for (int h = 0; h < H; ++h)
+                            row_scores(q_row + (g0 + h) * head_dim, tile_k, lo, hi, scale,
+                                       scores + h * padded);
+                    }
+                    int const row = first_row + g0;
+                    fold<H>(scores, tile_v, lo, hi, states.maxima + row, states.sums + row,
+                            states.output(row, head_dim));
+                });
+            }
+        }
+    }
+
     // Query heads whose scores are computed together (a band), sharing each loaded row of the
     // transposed keys: 4 heads x 2 residues are 8 chains of 16 keys' sums in flight.
     static constexpr int band_heads = 4;

@@ -149,16 +149,19 @@ class HostOps {
     void prefetch_attention(int layer) {
         if (!warms_attention()) return;
         auto const attention = attention_kernel<Plan>();
-        int const task_count = static_cast<int>(ws_.tasks.size());
-        int const me = omp_get_thread_num(), team = omp_get_num_threads();
+        TaskShare const mine = warmed_tasks();
         int budget = static_cast<int>(kv_prefetch_bytes / (2 * sizeof(float) * Cfg.head_dim));
         try {
-            for (int t = me; t < task_count && budget > 0; t += team) {
+            for (int t = mine.first; t < mine.end && budget > 0; ++t) {
                 AttentionTask const task = ws_.tasks[static_cast<std::size_t>(t)];
                 SequenceChunk const& chunk = chunks_[static_cast<std::size_t>(task.chunk)];
-                budget -= attention.prefetch_block(std::as_const(cache_).view(chunk.slot, layer),
-                                                   task.kv_head, chunk_of(chunk, task.first_row),
-                                                   task.block, budget);
+                auto const view = std::as_const(cache_).view(chunk.slot, layer);
+                kernels::AttentionChunk const queries = chunk_of(chunk, task.first_row);
+                budget -=
+                    task.segment == AttentionTask::whole_block
+                        ? attention.prefetch_block(view, task.kv_head, queries, task.block, budget)
+                        : attention.prefetch_segment(view, task.kv_head, queries, task.segment,
+                                                     budget);
             }
         } catch (...) {
         }
@@ -195,14 +198,34 @@ class HostOps {
         auto const run_task = [&](int t) {
             AttentionTask const task = ws_.tasks[static_cast<std::size_t>(t)];
             SequenceChunk const& chunk = chunks_[static_cast<std::size_t>(task.chunk)];
-            attention.attend_block(cache.view(chunk.slot, layer), task.kv_head,
-                                   chunk_of(chunk, task.first_row), task.block, scratch_,
-                                   task.heads);
+            kernels::AttentionChunk const queries = chunk_of(chunk, task.first_row);
+            if (task.segment == AttentionTask::whole_block) {
+                attention.attend_block(cache.view(chunk.slot, layer), task.kv_head, queries,
+                                       task.block, scratch_, task.heads);
+                return;
+            }
+            // Split-KV: this segment's states; the KV head's last task to finish folds them all
+            // (the acquire-release count makes the others' states visible to it) and re-arms the
+            // count for the next layer, which starts after the barrier that ends this loop.
+            std::size_t const per_segment =
+                static_cast<std::size_t>(local.group_size()) * attention.segment_state_floats();
+            float* const head_states =
+                ws_.segment_states.data() +
+                static_cast<std::size_t>(task.kv_head) * ws_.segments * per_segment;
+            attention.attend_segment(cache.view(chunk.slot, layer), task.kv_head, queries,
+                                     task.segment, scratch_,
+                                     head_states + task.segment * per_segment, task.heads);
+            std::atomic<int>& left = ws_.segment_tasks_left[static_cast<std::size_t>(task.kv_head)];
+            if (left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+                attention.merge_segments(head_states, ws_.segments, task.kv_head, queries);
+                left.store(ws_.segment_tasks_per_head, std::memory_order_relaxed);
+            }
         };
         if (warms_attention()) {
-            // Each thread the tasks prefetch_attention warmed on it: round robin.
-#pragma omp for schedule(static, 1)
-            for (int t = 0; t < task_count; ++t) run_task(t);
+            // Each thread the tasks prefetch_attention warmed on it.
+            TaskShare const mine = warmed_tasks();
+            for (int t = mine.first; t < mine.end; ++t) run_task(t);
+#pragma omp barrier
         } else {
             // Tasks of unequal cost (query blocks further into a causal prefill, sequences of
             // different lengths in a batch): first come, first served.
@@ -353,6 +376,18 @@ class HostOps {
     // which first come, first served balances.
     bool warms_attention() const {
         return rows_ == 1 && chunks_.size() == 1;
+    }
+    // Such a step's attention tasks on this thread: a contiguous share, so that a thread given
+    // several segments of a KV head (split-KV) reads one run of keys, which the hardware
+    // prefetchers follow, rather than every other segment (SmolLM2 at tg1024 was 4% slower
+    // split than whole, round robin).
+    struct TaskShare {
+        int first, end;
+    };
+    TaskShare warmed_tasks() const {
+        int const tasks = static_cast<int>(ws_.tasks.size());
+        int const me = omp_get_thread_num(), team = omp_get_num_threads();
+        return {me * tasks / team, (me + 1) * tasks / team};
     }
 
     // Whether normalize writes this thread's own copy of the row (a one-row step) rather than

@@ -344,13 +344,18 @@ class Llama {
         return static_cast<int>(row);
     }
 
-    // The step's attention tasks (chunk, KV head, query block): the same for every layer. Fewer
-    // tasks than threads (a decode step of a model with one or two KV heads) leave threads idle
-    // at the layer's one serial stretch; each task's group of query heads is then split into
-    // slices, the same bits (kernels::HeadSlice), each slice reading the KV tiles again.
+    // The step's attention tasks (chunk, KV head, query block): the same for every layer.
+    // A decode step of one sequence on several threads splits each KV head's keys into segments
+    // instead (split-KV: the same bits, kernels::AttentionKernel::attend_segment), so that its
+    // threads share one long run of keys rather than each reading a whole KV head. Fewer tasks
+    // than threads (a decode step of a model with one or two KV heads, at short contexts) leave
+    // threads idle at the layer's one serial stretch; each task's group of query heads is then
+    // split into slices, the same bits (kernels::HeadSlice), each slice reading the KV tiles
+    // again.
     static void plan_attention(std::span<SequenceChunk const> chunks, Workspace& ws) {
         ws.tasks.clear();
         ws.wants_attention_scores = false;
+        ws.segments = 0;
         for (std::size_t c = 0, row = 0; c < chunks.size(); row += chunks[c].tokens.size(), ++c) {
             int const blocks = Attention::blocks(static_cast<int>(chunks[c].tokens.size()));
             for (int head = 0; head < local_config.kv_heads; ++head)
@@ -358,9 +363,27 @@ class Llama {
                     ws.tasks.push_back({static_cast<int>(c), head, block, row});
             ws.wants_attention_scores |= !chunks[c].attention_scores.empty();
         }
+        if (chunks.size() == 1 && chunks[0].tokens.size() == 1 && ws.threads() > 1) {
+            int const segments = Attention::kernel.segments(chunks[0].first_position);
+            if (segments > 1) {
+                ws.segments = segments;
+                ws.tasks.clear();
+                for (int head = 0; head < local_config.kv_heads; ++head)
+                    for (int s = 0; s < segments; ++s) ws.tasks.push_back({0, head, 0, 0, {}, s});
+            }
+        }
         int const tasks = static_cast<int>(ws.tasks.size());
         int const slices =
             tasks > 0 ? std::min(local_config.group_size(), (ws.threads() + tasks - 1) / tasks) : 1;
+        if (ws.segments > 0) {
+            ws.segment_tasks_per_head = ws.segments * std::max(1, slices);
+            ws.segment_states.resize(static_cast<std::size_t>(local_config.kv_heads) * ws.segments *
+                                     local_config.group_size() *
+                                     Attention::kernel.segment_state_floats());
+            for (int head = 0; head < local_config.kv_heads; ++head)
+                ws.segment_tasks_left[static_cast<std::size_t>(head)].store(
+                    ws.segment_tasks_per_head, std::memory_order_relaxed);
+        }
         if (slices <= 1) return;
         for (int t = 0; t < tasks; ++t) {
             AttentionTask const whole = ws.tasks[static_cast<std::size_t>(t)];

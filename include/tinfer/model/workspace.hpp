@@ -2,6 +2,7 @@
 // Every buffer one forward pass needs, sized once for a maximum number of tokens per step, so
 // the decode loop allocates nothing.
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -28,13 +29,16 @@ inline constexpr bool has_sliding_rope_table =
     Cfg.has_layer_kind(LayerKind::sliding) && Cfg.has_layer_kind(LayerKind::global) &&
     Cfg.rope_base_of(LayerKind::sliding) != Cfg.rope_base_of(LayerKind::global);
 
-// One task of a step's attention: a query block of one chunk for one KV head.
+// One task of a step's attention: a query block of one chunk for one KV head, or (split-KV
+// decode) one segment of the keys of a one-query chunk.
 struct AttentionTask {
+    static constexpr int whole_block = -1;
     int chunk;
     int kv_head;
     int block;
     std::size_t first_row;          // the chunk's first row in the step's activations
     kernels::HeadSlice heads = {};  // the KV head's whole group of query heads, or a slice
+    int segment = whole_block;      // kernels::AttentionKernel::attend_segment's segment
 };
 
 template <ModelConfig Cfg>
@@ -115,7 +119,15 @@ class Workspace {
     std::vector<int> logit_rows;      // [logit rows]: the token row each logit row comes from
     std::vector<AttentionTask> tasks;
     bool wants_attention_scores = false;  // a chunk of the step asks for attention scores
-    std::vector<float> scratch;           // [threads][per-thread kernel scratch]
+    // Split-KV decode (tasks with a segment): the step's segments, each KV head's segment
+    // states [kv_heads][segments][group][segment_state_floats], and per KV head the tasks
+    // still to finish in the running layer (the last to finish folds the states).
+    int segments = 0;
+    int segment_tasks_per_head = 0;
+    std::vector<float> segment_states;
+    std::vector<std::atomic<int>> segment_tasks_left =
+        std::vector<std::atomic<int>>(static_cast<std::size_t>(Cfg.kv_heads));
+    std::vector<float> scratch;  // [threads][per-thread kernel scratch]
     // The input of the next matrix product as int8 rows, when the precision policy quantizes
     // activations: [tokens][quantized_stride bytes], laid out by kernels::quantize_row_int8.
     std::vector<std::byte> quantized;
