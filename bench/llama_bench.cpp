@@ -2,6 +2,7 @@
 // llama.cpp's llama-bench defines them, so the figures compare directly:
 //   ppN: N prompt tokens processed in one batch from an empty cache; t/s = N / time.
 //   tgN: N tokens generated one at a time from an empty cache; t/s = N / time.
+//   -d D: both after D cached positions instead ("pp512 @ d1024", "tg128 @ d1024").
 // Each test runs `--repetitions` times after one warm-up; the table shows the median and the
 // standard deviation. Also: batched decode (B sequences decoding together, total t/s), the
 // achieved weight-read bandwidth of decode against the bandwidth this program measures, pp's
@@ -37,6 +38,7 @@ struct Options {
     std::vector<int> threads{1, 2};
     int prompt_tokens = 512;
     int generated_tokens = 128;
+    int depth = 0;  // cached positions ahead of the pp and tg tests (llama-bench's -d)
     int batch = 16;
     int repetitions = 3;
     bool roofline = true;
@@ -89,10 +91,10 @@ double attention_macs(int keys_of_global, int keys_of_sliding) {
 // step (what GGUF's per-block scales leave of it), attention and the one LM-head row beside
 // them.
 template <tinfer::ModelConfig Cfg>
-std::string prefill_share(int tokens, int threads, double tokens_per_second, double peak_gmacs,
-                          double panel_gmacs) {
+std::string prefill_share(int tokens, int depth, int threads, double tokens_per_second,
+                          double peak_gmacs, double panel_gmacs) {
     double keys_global = 0, keys_sliding = 0;
-    for (int p = 0; p < tokens; ++p) {
+    for (int p = depth; p < depth + tokens; ++p) {
         keys_global += p + 1;
         keys_sliding += Cfg.sliding_window > 0 ? std::min(p + 1, Cfg.sliding_window) : p + 1;
     }
@@ -129,7 +131,7 @@ struct DecodePhases {
 // bytes it reads and their rate against the measured bandwidth.
 template <tinfer::ModelConfig Cfg>
 std::string decode_breakdown(tinfer::gguf::File const& file, int threads, DecodePhases const& t,
-                             double read_gbps, int generated) {
+                             double read_gbps, int generated, int depth) {
     double layer_bytes = 0, head_bytes = 0;
     for (auto const& info : file.tensors())
         if (info.name.rfind("blk.", 0) == 0) layer_bytes += double(info.data.size());
@@ -147,7 +149,8 @@ std::string decode_breakdown(tinfer::gguf::File const& file, int threads, Decode
     for (int layer = 0; layer < Cfg.layers; ++layer) {
         int const window = Cfg.window_of(Cfg.layer_kind(layer));
         double keys = 0;
-        for (int i = 0; i < generated; ++i) keys += window > 0 ? std::min(i + 1, window) : i + 1;
+        for (int i = depth; i < depth + generated; ++i)
+            keys += window > 0 ? std::min(i + 1, window) : i + 1;
         kv_bytes += 2.0 * Cfg.kv_width() * sizeof(float) * keys / generated;
     }
     double const ceiling = (layer_bytes + head_bytes) / (read_gbps * 1e9);
@@ -160,8 +163,9 @@ std::string decode_breakdown(tinfer::gguf::File const& file, int threads, Decode
         "(%.1f MB at %.1f GB/s) + sampler %.3f ms (argmax over %d logits) + rest %.3f ms "
         "(embedding, RoPE table, team start)",
         threads, 1e3 * step, Cfg.layers, 1e3 * per_layer, layer_bytes / 1e6,
-        gbps(layer_bytes, per_layer * Cfg.layers), kv_bytes / 1e6, generated / 2, 1e3 * lm_head,
-        head_bytes / 1e6, gbps(head_bytes, lm_head), 1e3 * sampler, Cfg.vocab, 1e3 * rest);
+        gbps(layer_bytes, per_layer * Cfg.layers), kv_bytes / 1e6, depth + generated / 2,
+        1e3 * lm_head, head_bytes / 1e6, gbps(head_bytes, lm_head), 1e3 * sampler, Cfg.vocab,
+        1e3 * rest);
     if (read_gbps <= 0) return std::string(text) + "; no roofline measured";  // --no-roofline
     char reached[128];
     std::snprintf(reached, sizeof reached, "; the weights' roofline %.3f ms (%.0f%% of it reached)",
@@ -187,15 +191,18 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
     std::uniform_int_distribution<std::int32_t> token(0, Cfg.vocab - 1);
     // The batched test's steps, fixed here because the cache must hold them too.
     int const batched_steps = std::max(16, options.generated_tokens / 4);
-    int const context = std::max(options.prompt_tokens + options.generated_tokens, batched_steps);
+    int const context = std::max(
+        options.depth + std::max(options.prompt_tokens, options.generated_tokens), batched_steps);
     int const slots = std::max(1, options.batch);  // tg runs in slot 0 whatever -b says
+    // The depth is prefilled (untimed) in chunks of up to 512 tokens.
+    int const depth_chunk = std::min(options.depth, 512);
     std::vector<float> logits(static_cast<std::size_t>(slots) * Cfg.vocab);
 
     // llama-bench's columns, then the achieved weight-read rate and its share of the measured
     // read bandwidth (decode reads every weight once per step).
-    std::printf("| %-28s | %10s | %8s | %-8s | %7s | %-11s | %16s | %9s | %9s |\n", "model", "size",
+    std::printf("| %-28s | %10s | %8s | %-8s | %7s | %-13s | %16s | %9s | %9s |\n", "model", "size",
                 "params", "backend", "threads", "test", "t/s", "GB/s", "% of BW");
-    std::printf("| %-28s | %10s | %8s | %-8s | %7s | %-11s | %16s | %9s | %9s |\n", "---",
+    std::printf("| %-28s | %10s | %8s | %-8s | %7s | %-13s | %16s | %9s | %9s |\n", "---",
                 "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:");
     double const params_m = parameters<Cfg>() / 1e6;
     // The file's own name and the type of its first layer matrix, as llama-bench labels a model.
@@ -206,8 +213,28 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
     std::vector<std::string> notes;  // the prefill shares and decode breakdowns, printed after
     for (std::size_t ti = 0; ti < options.threads.size(); ++ti) {
         int const threads = options.threads[ti];
-        typename model::Llama<Cfg>::Workspace ws(std::max(options.prompt_tokens, slots), threads);
+        typename model::Llama<Cfg>::Workspace ws(
+            std::max({options.prompt_tokens, slots, depth_chunk}), threads);
         kv::ContiguousKvCache<Cfg> cache(slots, context);
+        // Slot 0 emptied, then holding options.depth random tokens.
+        std::vector<std::int32_t> depth_tokens(static_cast<std::size_t>(depth_chunk));
+        auto const fill_depth = [&] {
+            cache.clear(0);
+            for (int first = 0; first < options.depth; first += depth_chunk) {
+                int const n = std::min(depth_chunk, options.depth - first);
+                for (auto& t : depth_tokens) t = token(rng);
+                SequenceChunk const chunk{
+                    .slot = 0, .first_position = first, .tokens = std::span(depth_tokens).first(n)};
+                model.template forward<Precision>(std::span(&chunk, 1), cache, ws,
+                                                  std::span<float>());
+            }
+        };
+        // llama-bench's test names: "tg128", or "tg128 @ d1024" after a depth.
+        auto const test_name = [&](char const* kind, int tokens) {
+            std::string name = kind + std::to_string(tokens);
+            if (options.depth > 0) name += " @ d" + std::to_string(options.depth);
+            return name;
+        };
         auto const row = [&](std::string const& test, Stats s, double gbps) {
             char rate[64];
             std::snprintf(rate, sizeof rate, "%.2f ± %.2f", s.median, s.stddev);
@@ -218,7 +245,7 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
                     std::snprintf(share, sizeof share, "%.0f%%", 100 * gbps / bw_limit);
             }
             std::string const backend = std::string("CPU ") + Precision::name;
-            std::printf("| %-28s | %6.2f MiB | %6.2f M | %-8s | %7d | %-11s | %16s | %9s | %9s |\n",
+            std::printf("| %-28s | %6.2f MiB | %6.2f M | %-8s | %7d | %-13s | %16s | %9s | %9s |\n",
                         label.c_str(), model_gib * 1024, params_m, backend.c_str(), threads,
                         test.c_str(), rate, bw, share);
             std::fflush(stdout);
@@ -230,8 +257,8 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
         std::vector<double> rates;
         for (int r = 0; options.prompt_tokens > 0 && r <= options.repetitions; ++r) {
             for (auto& t : prompt) t = token(rng);
-            cache.clear(0);
-            SequenceChunk const chunk{.slot = 0, .first_position = 0, .tokens = prompt};
+            fill_depth();
+            SequenceChunk const chunk{.slot = 0, .first_position = options.depth, .tokens = prompt};
             double const s = bench::median_seconds(1, [&] {
                 model.template forward<Precision>(std::span(&chunk, 1), cache, ws, logits);
             });
@@ -239,21 +266,22 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
         }
         if (options.prompt_tokens > 0) {
             Stats const pp = stats_of(rates);
-            row("pp" + std::to_string(options.prompt_tokens), pp, 0);
-            notes.push_back(prefill_share<Cfg>(options.prompt_tokens, threads, pp.median,
-                                               roofline.at(roofline.int8_gmacs, ti),
+            row(test_name("pp", options.prompt_tokens), pp, 0);
+            notes.push_back(prefill_share<Cfg>(options.prompt_tokens, options.depth, threads,
+                                               pp.median, roofline.at(roofline.int8_gmacs, ti),
                                                roofline.at(roofline.panel_gmacs, ti)));
         }
 
-        // tgN: one token at a time from an empty cache.
+        // tgN: one token at a time from an empty cache (or one holding the depth).
         rates.clear();
         for (int r = 0; options.generated_tokens > 0 && r <= options.repetitions; ++r) {
-            cache.clear(0);
+            fill_depth();
             std::int32_t next = token(rng);
             double const s = bench::median_seconds(1, [&] {
                 for (int i = 0; i < options.generated_tokens; ++i) {
-                    SequenceChunk const chunk{
-                        .slot = 0, .first_position = i, .tokens = std::span(&next, 1)};
+                    SequenceChunk const chunk{.slot = 0,
+                                              .first_position = options.depth + i,
+                                              .tokens = std::span(&next, 1)};
                     model.template forward<Precision>(std::span(&chunk, 1), cache, ws, logits);
                     next = kernels::first_argmax(std::span(logits).first(Cfg.vocab));
                 }
@@ -263,7 +291,7 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
         Stats tg;
         if (options.generated_tokens > 0) {
             tg = stats_of(rates);
-            row("tg" + std::to_string(options.generated_tokens), tg,
+            row(test_name("tg", options.generated_tokens), tg,
                 tg.median * model_gib * (1 << 30) / 1e9);
         }
         if (options.breakdown && options.generated_tokens > 0) {
@@ -279,12 +307,13 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
             DecodePhases phases{1e30, 1e30, 1e30, 1e30};
             std::int32_t const first = token(rng);
             for (int r = 0; r <= options.repetitions; ++r) {
-                cache.clear(0);
+                fill_depth();
                 std::int32_t next = first;
                 DecodePhases sum;
                 for (int i = 0; i < options.generated_tokens; ++i) {
-                    SequenceChunk const chunk{
-                        .slot = 0, .first_position = i, .tokens = std::span(&next, 1)};
+                    SequenceChunk const chunk{.slot = 0,
+                                              .first_position = options.depth + i,
+                                              .tokens = std::span(&next, 1)};
                     auto start = Clock::now();
                     model.template forward<Precision>(std::span(&chunk, 1), cache, ws, logits);
                     sum.with_head += since(start);
@@ -309,7 +338,7 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
             }
             notes.push_back(decode_breakdown<Cfg>(file, threads, phases,
                                                   roofline.at(roofline.read_gbps, ti),
-                                                  options.generated_tokens));
+                                                  options.generated_tokens, options.depth));
         }
 
         // Batched decode: B sequences, one token each per step, weights read once per step.
@@ -358,6 +387,11 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("-n,--generate", options.generated_tokens,
                    "Generated tokens of tgN (0: no tg test, no breakdown)")
+        ->check(tinfer::examples::at_least(0))
+        ->capture_default_str();
+    app.add_option("-d,--depth", options.depth,
+                   "Positions cached (random tokens, untimed) before each pp and tg run, as "
+                   "llama-bench's -d; the batched test starts empty")
         ->check(tinfer::examples::at_least(0))
         ->capture_default_str();
     app.add_option("-b,--batch", options.batch,
