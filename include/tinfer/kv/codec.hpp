@@ -24,6 +24,7 @@
 #include <tinfer/core/half.hpp>
 #include <tinfer/core/host_device.hpp>
 #include <tinfer/core/int_quant.hpp>
+#include <tinfer/core/simd_intrinsics.hpp>
 
 namespace tinfer::kv {
 
@@ -129,7 +130,21 @@ struct HalfCodec {
         }
     }
     TINFER_HOST_DEVICE static void decode(Extent auto head_dim, std::byte const* in, float* out) {
-        for (int i = 0; i < static_cast<int>(head_dim); ++i) {
+        int i = 0;
+#if TINFER_X86_TARGETS && defined(__F16C__)
+        // Eight at a time in hardware, the same floats (exact widening; NaNs come out quiet,
+        // and the encoder stores no other). A row of keys is decoded each time attention reads
+        // it: the portable loop, vectorized, still made an fp16 cache's decode 2.2x slower
+        // than fp32's at 3300 positions (SmolLM2, two threads), where it reads half the bytes.
+        if constexpr (std::same_as<Format, Fp16Format>) {
+            for (; i + 8 <= static_cast<int>(head_dim); i += 8) {
+                __m128i const halves = _mm_loadu_si128(
+                    reinterpret_cast<__m128i const*>(in + i * sizeof(std::uint16_t)));
+                _mm256_storeu_ps(out + i, _mm256_cvtph_ps(halves));
+            }
+        }
+#endif
+        for (; i < static_cast<int>(head_dim); ++i) {
             std::uint16_t bits;
             std::memcpy(&bits, in + i * sizeof bits, sizeof bits);
             out[i] = Format::from_bits(bits);
