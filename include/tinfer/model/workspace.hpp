@@ -1,6 +1,6 @@
 #pragma once
 // Every buffer one forward pass needs, sized once for a maximum number of tokens per step, so
-// the decode loop allocates nothing.
+// the decode loop allocates nothing (but for the split-KV states, which grow with the context).
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
@@ -121,7 +121,9 @@ class Workspace {
     bool wants_attention_scores = false;  // a chunk of the step asks for attention scores
     // Split-KV decode (tasks with a segment): the step's segments, each KV head's segment
     // states [kv_heads][segments][group][segment_state_floats], and per KV head the tasks
-    // still to finish in the running layer (the last to finish folds the states).
+    // still to finish in the running layer (the last to finish folds the states). The states
+    // grow with the context (plan_attention resizes them, capacity doubling: a few
+    // allocations over a sequence, none once its longest context has been seen).
     int segments = 0;
     int segment_tasks_per_head = 0;
     std::vector<float> segment_states;
