@@ -115,10 +115,6 @@ TINFER_HOST_DEVICE constexpr bool is_nan_bits(std::uint8_t bits) {
     return abs == Format::canonical_nan;
 }
 
-TINFER_HOST_DEVICE constexpr std::uint32_t all_ones_if(bool condition) {
-    return 0u - static_cast<std::uint32_t>(condition);
-}
-
 // Without branches (each case computed, one kept by masks), so that the FP8 KV codecs' row
 // loop vectorizes: they decode every key and value attention reads. Normals rebias the
 // exponent; subnormals are mantissa x 2^subnormal_exponent, exact in float and normal there;
@@ -133,13 +129,14 @@ TINFER_HOST_DEVICE constexpr float decode(std::uint8_t bits) {
         (mantissa << (float_mantissa_bits - Format::mantissa_bits));
     std::uint32_t const subnormal = std::bit_cast<std::uint32_t>(
         static_cast<float>(static_cast<int>(mantissa)) * power_of_two(Format::subnormal_exponent));
-    std::uint32_t const is_subnormal = all_ones_if(exponent_field == 0);
+    std::uint32_t const is_subnormal = bit_select::all_ones_if(exponent_field == 0);
     std::uint32_t magnitude = (normal & ~is_subnormal) | (subnormal & is_subnormal);
     if constexpr (Format::has_infinity) {
-        std::uint32_t const is_infinity = all_ones_if(exponent_field == Format::exponent_field_max);
+        std::uint32_t const is_infinity =
+            bit_select::all_ones_if(exponent_field == Format::exponent_field_max);
         magnitude = (magnitude & ~is_infinity) | (float_infinity_bits & is_infinity);
     }
-    std::uint32_t const is_nan = all_ones_if(is_nan_bits<Format>(bits));
+    std::uint32_t const is_nan = bit_select::all_ones_if(is_nan_bits<Format>(bits));
     std::uint32_t const nan = std::bit_cast<std::uint32_t>(f16_bits_to_float(f16_canonical_nan));
     return std::bit_cast<float>(((sign | magnitude) & ~is_nan) | (nan & is_nan));
 }

@@ -7,6 +7,14 @@
 
 namespace tinfer {
 
+namespace bit_select {
+// All 32 bits set where `condition` holds, else none: a select by masks, which GCC 12
+// vectorizes where it leaves a chain of ?: as branches (and the loop around it scalar).
+TINFER_HOST_DEVICE constexpr std::uint32_t all_ones_if(bool condition) {
+    return 0u - static_cast<std::uint32_t>(condition);
+}
+}  // namespace bit_select
+
 // Without branches, so that a loop over a KV row vectorizes (the fp16 KV cache decodes every
 // key and value it attends to through this): normals by rebiasing the exponent, subnormals
 // (m x 2^-24) by an exact int-to-float conversion and a power-of-two scale whose result is a
@@ -18,9 +26,8 @@ TINFER_HOST_DEVICE constexpr float f16_bits_to_float(std::uint16_t h) {
     std::uint32_t const special = (magnitude << 13) | 0x7f800000u;
     std::uint32_t const subnormal =
         std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<int>(magnitude)) * 0x1p-24f);
-    // Selected by masks: GCC 12 left a chain of ?: as branches, and the loop scalar.
-    std::uint32_t const is_normal = 0u - static_cast<std::uint32_t>(magnitude >= 0x0400u);
-    std::uint32_t const is_special = 0u - static_cast<std::uint32_t>(magnitude >= 0x7c00u);
+    std::uint32_t const is_normal = bit_select::all_ones_if(magnitude >= 0x0400u);
+    std::uint32_t const is_special = bit_select::all_ones_if(magnitude >= 0x7c00u);
     std::uint32_t const bits =
         (special & is_special) | (normal & is_normal & ~is_special) | (subnormal & ~is_normal);
     return std::bit_cast<float>(sign | bits);
