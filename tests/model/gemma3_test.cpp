@@ -106,7 +106,7 @@ BOOST_AUTO_TEST_CASE(batched_and_chunked_equal_alone_across_the_window) {
     tinfer::SequenceChunk const last{0, static_cast<int>(all.size()) - 1, all.last(1)};
     std::vector<float> decoded(vocab);
     f.model.forward(std::span(&last, 1), cache, ws, decoded);
-    BOOST_TEST(ws.segments == Model::Attention::kernel.segments(last.first_position));
+    BOOST_TEST(ws.segments == Model::Attention::kernel.segments(last.first_cache_slot));
     BOOST_TEST(ws.segments > 1);
     BOOST_TEST(std::equal(long_alone.begin(), long_alone.end(), decoded.begin()),
                "a split-KV decode step differs from the prefill's last row");

@@ -364,7 +364,9 @@ class Llama {
             ws.wants_attention_scores |= !chunks[c].attention_scores.empty();
         }
         if (chunks.size() == 1 && chunks[0].tokens.size() == 1 && ws.threads() > 1) {
-            int const segments = Attention::kernel.segments(chunks[0].first_position);
+            // Segments of cache slots, which attention indexes (fewer than the positions once
+            // eviction has dropped tokens).
+            int const segments = Attention::kernel.segments(chunks[0].first_cache_slot);
             if (segments > 1) {
                 ws.segments = segments;
                 ws.tasks.clear();
