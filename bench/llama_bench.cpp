@@ -77,6 +77,10 @@ double layer_matrix_macs() {
     return Cfg.layers * (double(Cfg.hidden) * (2.0 * Cfg.q_width() + 2.0 * Cfg.kv_width()) +
                          3.0 * Cfg.hidden * Cfg.ffn);
 }
+// Keys a query at `position` attends to under a sliding window (0: none).
+int keys_seen(int position, int window) {
+    return window > 0 ? std::min(position + 1, window) : position + 1;
+}
 template <tinfer::ModelConfig Cfg>
 double attention_macs(int keys_of_global, int keys_of_sliding) {
     double macs = 0;
@@ -95,8 +99,8 @@ std::string prefill_share(int tokens, int depth, int threads, double tokens_per_
                           double peak_gmacs, double panel_gmacs) {
     double keys_global = 0, keys_sliding = 0;
     for (int p = depth; p < depth + tokens; ++p) {
-        keys_global += p + 1;
-        keys_sliding += Cfg.sliding_window > 0 ? std::min(p + 1, Cfg.sliding_window) : p + 1;
+        keys_global += keys_seen(p, 0);
+        keys_sliding += keys_seen(p, Cfg.sliding_window);
     }
     double const seconds = tokens / tokens_per_second;
     double const matrix_gmacs = tokens * layer_matrix_macs<Cfg>() / seconds / 1e9;
@@ -149,8 +153,7 @@ std::string decode_breakdown(tinfer::gguf::File const& file, int threads, Decode
     for (int layer = 0; layer < Cfg.layers; ++layer) {
         int const window = Cfg.window_of(Cfg.layer_kind(layer));
         double keys = 0;
-        for (int i = depth; i < depth + generated; ++i)
-            keys += window > 0 ? std::min(i + 1, window) : i + 1;
+        for (int i = depth; i < depth + generated; ++i) keys += keys_seen(i, window);
         kv_bytes += 2.0 * Cfg.kv_width() * sizeof(float) * keys / generated;
     }
     double const ceiling = (layer_bytes + head_bytes) / (read_gbps * 1e9);
