@@ -683,9 +683,20 @@ inline __m256i four_256(std::int8_t const* xq) {
 // signed weights go through the sign trick (|w| times x with w's sign, at most 2 * 128 * 127
 // per 16-bit lane) and are widened at once, and the +128 shift's 128 sum(x) is added as an
 // integer, so the int32 sums are exactly the VNNI ones.
+//
+// One token (decode) goes through int8_strip_row_avx2 below instead: the same sums and float
+// operations, in an order that keeps every value in the 16 registers.
+template <DType W>
+void int8_strip_row_avx2(std::byte const* strip, Extent auto cols, Int8Row const& x,
+                         float (&out)[int8_strip_rows]);
+
 template <DType W, int T>
 void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row const (&x)[T],
                           float (&out)[T][int8_strip_rows]) {
+    if constexpr (T == 1) {
+        int8_strip_row_avx2<W>(strip, cols, x[0], out[0]);
+        return;
+    }
     using Format = Int8StripFormat<W>;
     constexpr int K = Format::registers, halves = 2;
     __m256 acc[T][halves];
@@ -763,6 +774,108 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
     }
     for (int t = 0; t < T; ++t)
         for (int h = 0; h < halves; ++h) _mm256_storeu_ps(out[t] + 8 * h, acc[t][h]);
+}
+
+// How far ahead of its reads a one-token AVX2 strip asks for the strip's bytes (the next strips
+// follow in memory). The hardware prefetchers alone left it at 66-80% of the read bandwidth at
+// one thread and 71-85% at two (Zen 3, int8_linear_bench, strips streamed from memory); 1-2 KiB
+// ahead gave 84-97% and 87-100%, 512 bytes no gain, 3-4 KiB less again.
+inline constexpr std::size_t avx2_decode_prefetch_bytes = 2048;
+
+// A token tile of one, register by register over both halves: each activation broadcast
+// then serves the strip's 16 rows, and the live values (four 16-bit sums, two float sums, two
+// broadcasts, the masks) fit AVX2's 16 registers. The tile loop's order, half by half, held
+// eight broadcasts and spilled its float sums to the stack each block (GCC 12), which made
+// decode compute bound on a Zen 3 (Q4_1 strips 23.6 GB/s from L2 against 21.7 GB/s of memory).
+// The integer sums are the same integers (16-bit lanes that cannot overflow, whatever the order
+// of their additions) and the float operations the same, in the same order.
+template <DType W>
+void int8_strip_row_avx2(std::byte const* strip, Extent auto cols, Int8Row const& x,
+                         float (&out)[int8_strip_rows]) {
+    using Format = Int8StripFormat<W>;
+    constexpr int K = Format::registers, halves = 2;
+    __m256 acc[halves] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256i const ones = _mm256_set1_epi16(1);
+    __m256i const nibble = _mm256_set1_epi8(0x0f);
+    __m256i const fifth = _mm256_set1_epi8(0x10);
+    __m256i const shift = _mm256_set1_epi8(static_cast<char>(0x80));
+    int const blocks = cols / int8_block_elements;
+    for (int b = 0; b < blocks; ++b) {
+        std::byte const* p = strip + static_cast<std::size_t>(b) * Format::block_bytes;
+        std::byte const* scales = p + Format::scales_offset;
+        std::int8_t const* xq = x.q + b * int8_block_elements;
+        prefetch_bytes<PrefetchOrder::pinned>(p + avx2_decode_prefetch_bytes, Format::block_bytes);
+        __m256i sums[halves];
+        if constexpr (Format::nibbles) {
+            // [half][low nibbles, high nibbles]: at most 4 products of up to 2 * 31 * 127 each
+            // with fifth bits, 8 of 2 * 15 * 127 (low and high added) without.
+            __m256i pairs[halves][2];
+            for (auto& half : pairs) half[0] = half[1] = _mm256_setzero_si256();
+            __m256i qh[halves];
+            if constexpr (Format::high_bits)
+                for (int h = 0; h < halves; ++h) qh[h] = load_256(p + Format::high_offset + 32 * h);
+            for (int k = 0; k < K; ++k) {
+                __m256i const x_low = four_256(xq + 4 * k), x_high = four_256(xq + 16 + 4 * k);
+                for (int h = 0; h < halves; ++h) {
+                    __m256i const bytes = load_256(p + k * Format::register_bytes + 32 * h);
+                    __m256i low = _mm256_and_si256(bytes, nibble);
+                    __m256i high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+                    if constexpr (Format::high_bits) {
+                        low = _mm256_or_si256(low,
+                                              _mm256_and_si256(shift_left_16(qh[h], 4 - k), fifth));
+                        high = _mm256_or_si256(high,
+                                               _mm256_and_si256(shift_right_16(qh[h], k), fifth));
+                    }
+                    pairs[h][0] = _mm256_add_epi16(pairs[h][0], _mm256_maddubs_epi16(low, x_low));
+                    pairs[h][1] = _mm256_add_epi16(pairs[h][1], _mm256_maddubs_epi16(high, x_high));
+                }
+            }
+            for (int h = 0; h < halves; ++h) {
+                if constexpr (Format::high_bits) {
+                    sums[h] = _mm256_add_epi32(_mm256_madd_epi16(pairs[h][0], ones),
+                                               _mm256_madd_epi16(pairs[h][1], ones));
+                } else {
+                    sums[h] = _mm256_madd_epi16(_mm256_add_epi16(pairs[h][0], pairs[h][1]), ones);
+                }
+            }
+        } else {
+            // Q8_0: the tile's sign trick, and the +128 shift's 128 sum(x) added as an integer.
+            __m256i const x_bytes = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(xq));
+            __m256i const x_pairs = _mm256_madd_epi16(_mm256_maddubs_epi16(shift, x_bytes), ones);
+            __m128i const x_quads = _mm_add_epi32(_mm256_castsi256_si128(x_pairs),
+                                                  _mm256_extracti128_si256(x_pairs, 1));
+            __m128i const x_halves = _mm_add_epi32(x_quads, _mm_unpackhi_epi64(x_quads, x_quads));
+            // 128 sum(x) in every lane: maddubs multiplied by 0x80 as an unsigned 128 already.
+            __m256i const shift_term =
+                _mm256_broadcastd_epi32(_mm_add_epi32(x_halves, _mm_shuffle_epi32(x_halves, 1)));
+            sums[0] = sums[1] = shift_term;
+            for (int k = 0; k < K; ++k) {
+                __m256i const xs = four_256(xq + 4 * k);
+                for (int h = 0; h < halves; ++h) {
+                    __m256i const w = _mm256_xor_si256(  // signed q
+                        load_256(p + k * Format::register_bytes + 32 * h), shift);
+                    sums[h] = _mm256_add_epi32(
+                        sums[h], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w),
+                                                                        _mm256_sign_epi8(xs, w)),
+                                                   ones));
+                }
+            }
+        }
+        __m256 const x_scale = _mm256_set1_ps(x.scale[b]), x_sum = _mm256_set1_ps(x.sum[b]);
+        for (int h = 0; h < halves; ++h) {
+            __m256 const d = load_halves_256(scales + 16 * h);
+            __m256 m;
+            if constexpr (Format::stores_minimum) {
+                m = load_halves_256(scales + Format::scale_array_bytes + 16 * h);
+            } else {
+                m = _mm256_mul_ps(d, _mm256_set1_ps(Format::offset_factor));
+            }
+            __m256 const scale = _mm256_mul_ps(d, x_scale);
+            acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[h]), scale, acc[h]);
+            acc[h] = _mm256_fmadd_ps(m, x_sum, acc[h]);
+        }
+    }
+    for (int h = 0; h < halves; ++h) _mm256_storeu_ps(out + 8 * h, acc[h]);
 }
 
 template <DType W, int T>
