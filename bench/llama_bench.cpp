@@ -5,13 +5,15 @@
 //   -d D: both after D cached positions instead ("pp512 @ d1024", "tg128 @ d1024").
 // Each test runs `--repetitions` times after one warm-up; the table shows the median and the
 // standard deviation. Also: batched decode (B sequences decoding together, total t/s), the
-// achieved weight-read bandwidth of decode against the bandwidth this program measures, pp's
+// achieved weight-read bandwidth of decode against the bandwidth this program measures (at the
+// start and again beside each tg repetition, which the tg row's share uses), pp's
 // matrix multiply-accumulates against the measured int8 dot rate, and where one decode step's
 // time goes (layers, LM head, sampler, the rest).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -65,6 +67,8 @@ struct Roofline {
     std::vector<double> read_gbps;
     std::vector<double> int8_gmacs;
     std::vector<double> panel_gmacs;  // the panels' inner step, its operands in L1
+    // Measures again beside each tg repetition (nullptr: --no-roofline).
+    std::unique_ptr<tinfer::bench::ReadBandwidth> bandwidth;
     double at(std::vector<double> const& v, std::size_t i) const {
         return i < v.size() ? v[i] : 0.0;
     }
@@ -238,13 +242,18 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
             if (options.depth > 0) name += " @ d" + std::to_string(options.depth);
             return name;
         };
-        auto const row = [&](std::string const& test, Stats s, double gbps) {
+        // share_percent: the row's share of the read bandwidth where it was paired with the
+        // bandwidth beside each repetition; otherwise gbps over the one measured at the start.
+        auto const row = [&](std::string const& test, Stats s, double gbps,
+                             double share_percent = 0) {
             char rate[64];
             std::snprintf(rate, sizeof rate, "%.2f ± %.2f", s.median, s.stddev);
             char bw[32] = "", share[32] = "";
             if (gbps > 0) {
                 std::snprintf(bw, sizeof bw, "%.1f", gbps);
-                if (double const bw_limit = roofline.at(roofline.read_gbps, ti); bw_limit > 0)
+                if (share_percent > 0)
+                    std::snprintf(share, sizeof share, "%.0f%%", share_percent);
+                else if (double const bw_limit = roofline.at(roofline.read_gbps, ti); bw_limit > 0)
                     std::snprintf(share, sizeof share, "%.0f%%", 100 * gbps / bw_limit);
             }
             std::string const backend = std::string("CPU ") + Precision::name;
@@ -275,9 +284,19 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
                                                roofline.at(roofline.panel_gmacs, ti)));
         }
 
-        // tgN: one token at a time from an empty cache (or one holding the depth).
+        // tgN: one token at a time from an empty cache (or one holding the depth). The read
+        // bandwidth is measured again before each timed repetition and after the last, and each
+        // repetition's weight-read rate is set against the mean of the two beside it: this
+        // guest's bandwidth moves by up to 2x within a minute (its two vCPUs change placement),
+        // so a figure from the start of the run can be the wrong ceiling for its tg rows.
         rates.clear();
+        std::vector<double> bandwidth_beside;
+        auto const measure_beside = [&] {
+            if (roofline.bandwidth)
+                bandwidth_beside.push_back(roofline.bandwidth->measure(threads, 3));
+        };
         for (int r = 0; options.generated_tokens > 0 && r <= options.repetitions; ++r) {
+            if (r > 0) measure_beside();
             fill_depth();
             std::int32_t next = token(rng);
             double const s = bench::median_seconds(1, [&] {
@@ -292,10 +311,30 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
             if (r > 0) rates.push_back(options.generated_tokens / s);
         }
         Stats tg;
+        double tg_bandwidth = roofline.at(roofline.read_gbps, ti);
         if (options.generated_tokens > 0) {
+            measure_beside();
             tg = stats_of(rates);
-            row(test_name("tg", options.generated_tokens), tg,
-                tg.median * model_gib * (1 << 30) / 1e9);
+            double const weight_bytes = model_gib * (1 << 30);
+            std::vector<double> shares;
+            for (std::size_t r = 0; r + 1 < bandwidth_beside.size(); ++r)
+                shares.push_back(100 * rates[r] * weight_bytes /
+                                 (0.5 * (bandwidth_beside[r] + bandwidth_beside[r + 1]) * 1e9));
+            row(test_name("tg", options.generated_tokens), tg, tg.median * weight_bytes / 1e9,
+                shares.empty() ? 0 : stats_of(shares).median);
+            if (!shares.empty()) {
+                tg_bandwidth = stats_of(bandwidth_beside).median;
+                auto const [low, high] = std::ranges::minmax(shares);
+                auto const [slowest, fastest] = std::ranges::minmax(bandwidth_beside);
+                char note[256];
+                std::snprintf(note, sizeof note,
+                              "%s, %d thread(s): read bandwidth beside its repetitions "
+                              "%.1f-%.1f GB/s; each repetition's weight reads against the "
+                              "bandwidth beside it: %.0f%% median (%.0f-%.0f%%)",
+                              test_name("tg", options.generated_tokens).c_str(), threads, slowest,
+                              fastest, stats_of(shares).median, low, high);
+                notes.push_back(note);
+            }
         }
         if (options.breakdown && options.generated_tokens > 0) {
             // Each position of the decode run four ways back to back (the step with its
@@ -339,8 +378,7 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
                 phases.layers = std::min(phases.layers, sum.layers / n);
                 phases.one_layer = std::min(phases.one_layer, sum.one_layer / n);
             }
-            notes.push_back(decode_breakdown<Cfg>(file, threads, phases,
-                                                  roofline.at(roofline.read_gbps, ti),
+            notes.push_back(decode_breakdown<Cfg>(file, threads, phases, tg_bandwidth,
                                                   options.generated_tokens, options.depth));
         }
 
@@ -420,7 +458,9 @@ int main(int argc, char** argv) {
         Roofline roofline;
         if (options.roofline) {
             for (int const t : options.threads) {
-                double const bw = tinfer::bench::measured_read_gbps(t);
+                if (!roofline.bandwidth)
+                    roofline.bandwidth = std::make_unique<tinfer::bench::ReadBandwidth>();
+                double const bw = roofline.bandwidth->measure(t);
                 roofline.read_gbps.push_back(bw);
                 roofline.int8_gmacs.push_back(tinfer::bench::measured_int8_gmacs(t));
                 roofline.panel_gmacs.push_back(tinfer::bench::measured_int8_panel_gmacs(t));

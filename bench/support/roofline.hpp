@@ -44,30 +44,48 @@ double median_seconds(int runs, F&& f) {
 // core/huge_pages.hpp), so this is its roofline. The sum keeps 64 independent partial sums
 // (four 512-bit registers): one running float sum would measure the latency of its additions
 // (about 3 GB/s), not the memory.
-inline double measured_read_gbps(int threads, std::size_t bytes = std::size_t{1} << 30) {
-    constexpr std::size_t lanes = 64;
-    std::size_t const n = bytes / sizeof(float) / lanes * lanes;
-    HugePageBuffer const buffer = allocate_huge_pages(n * sizeof(float));
-    auto* const data = reinterpret_cast<float*>(buffer.get());
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<float>(i & 1023);
-    float volatile sink = 0;
-    double const seconds = median_seconds(5, [&] {
-        float total = 0;
+class ReadBandwidth {
+  public:
+    explicit ReadBandwidth(std::size_t bytes = std::size_t{1} << 30)
+        : floats_(bytes / sizeof(float) / lanes * lanes),
+          buffer_(allocate_huge_pages(floats_ * sizeof(float))) {
+        auto* const data = reinterpret_cast<float*>(buffer_.get());
+        std::size_t const n = floats_;
+#pragma omp parallel for schedule(static)
+        for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<float>(i & 1023);
+    }
+
+    // GB/s, the median of `runs` passes over the buffer.
+    double measure(int threads, int runs = 5) const {
+        auto const* const data = reinterpret_cast<float const*>(buffer_.get());
+        std::size_t const n = floats_;
+        float volatile sink = 0;
+        double const seconds = median_seconds(runs, [&] {
+            float total = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : total)
-        {
-            float partial[lanes] = {};
+            {
+                float partial[lanes] = {};
 #pragma omp for schedule(static)
-            for (std::size_t i = 0; i < n; i += lanes) {
+                for (std::size_t i = 0; i < n; i += lanes) {
 #pragma omp simd
-                for (std::size_t l = 0; l < lanes; ++l) partial[l] += data[i + l];
+                    for (std::size_t l = 0; l < lanes; ++l) partial[l] += data[i + l];
+                }
+                for (float const p : partial) total += p;
             }
-            for (float const p : partial) total += p;
-        }
-        sink = total;
-    });
-    (void)sink;
-    return static_cast<double>(n * sizeof(float)) / seconds / 1e9;
+            sink = total;
+        });
+        (void)sink;
+        return static_cast<double>(n * sizeof(float)) / seconds / 1e9;
+    }
+
+  private:
+    static constexpr std::size_t lanes = 64;
+    std::size_t floats_;
+    HugePageBuffer buffer_;
+};
+
+inline double measured_read_gbps(int threads, std::size_t bytes = std::size_t{1} << 30) {
+    return ReadBandwidth(bytes).measure(threads);
 }
 
 namespace detail {
