@@ -878,9 +878,93 @@ void int8_strip_row_avx2(std::byte const* strip, Extent auto cols, Int8Row const
     for (int h = 0; h < halves; ++h) _mm256_storeu_ps(out + 8 * h, acc[h]);
 }
 
+// Q4_K and Q5_K for one token (decode), as int8_strip_row_avx2 does the legacy formats: each
+// register pair of a sub-block pair for both halves of the strip in one pass, so that its two
+// activation broadcasts serve 16 rows, and the strip prefetched ahead. The tile below went half
+// by half, broadcasting every activation twice per super-block and spilling its sums. The same
+// integer sums and the same float operations per half, in the same order.
+template <DType W>
+void int8_strip_row_k_minimum_avx2(std::byte const* strip, Extent auto cols, Int8Row const& x,
+                                   float (&out)[int8_strip_rows]) {
+    using Format = Int8StripFormat<W>;
+    constexpr int halves = 2;
+    __m256 acc[halves] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256i const ones = _mm256_set1_epi16(1);
+    __m256i const nibble = _mm256_set1_epi8(0x0f);
+    __m256i const fifth = _mm256_set1_epi8(0x10);
+    int const supers = cols / Format::block_elements;
+    for (int sb = 0; sb < supers; ++sb) {
+        std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
+        prefetch_bytes<PrefetchOrder::pinned>(p + avx2_decode_prefetch_bytes, Format::block_bytes);
+        for (int pair = 0; pair < 4; ++pair) {
+            int const b = sb * 8 + 2 * pair;  // the low sub-block's activation block
+            std::int8_t const* xq = x.q + b * int8_block_elements;
+            // [half of the strip][sub-block 2 pair, 2 pair + 1]
+            __m256i pairs[halves][2], sums[halves][2];
+            for (int h = 0; h < halves; ++h)
+                for (int sub = 0; sub < 2; ++sub)
+                    pairs[h][sub] = sums[h][sub] = _mm256_setzero_si256();
+            for (int k = 0; k < 8; ++k) {
+                __m256i const x_low = four_256(xq + 4 * k),
+                              x_high = four_256(xq + int8_block_elements + 4 * k);
+                for (int h = 0; h < halves; ++h) {
+                    __m256i const bytes =
+                        load_256(p + (8 * pair + k) * Format::register_bytes + 32 * h);
+                    __m256i low = _mm256_and_si256(bytes, nibble);
+                    __m256i high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+                    if constexpr (W == DType::q5_k) {
+                        __m256i const qh = shift_right_16(
+                            load_256(p + Format::high_offset + k * Format::register_bytes + 32 * h),
+                            2 * pair);
+                        low =
+                            _mm256_or_si256(low, _mm256_and_si256(_mm256_slli_epi16(qh, 4), fifth));
+                        high = _mm256_or_si256(high,
+                                               _mm256_and_si256(_mm256_slli_epi16(qh, 3), fifth));
+                    }
+                    pairs[h][0] = _mm256_add_epi16(pairs[h][0], _mm256_maddubs_epi16(low, x_low));
+                    pairs[h][1] = _mm256_add_epi16(pairs[h][1], _mm256_maddubs_epi16(high, x_high));
+                }
+                // 5-bit weights: widen every 4 terms; 4-bit: after all 8.
+                if (W == DType::q5_k ? k % 4 == 3 : k == 7) {
+                    for (int h = 0; h < halves; ++h) {
+                        for (int sub = 0; sub < 2; ++sub) {
+                            sums[h][sub] = _mm256_add_epi32(sums[h][sub],
+                                                            _mm256_madd_epi16(pairs[h][sub], ones));
+                            pairs[h][sub] = _mm256_setzero_si256();
+                        }
+                    }
+                }
+            }
+            for (int h = 0; h < halves; ++h) {
+                __m256 const d = load_halves_256(p + Format::scales_offset + 16 * h);
+                __m256 const dmin =
+                    load_halves_256(p + Format::scales_offset + Format::scale_array_bytes + 16 * h);
+                __m256i const packed[3] = {
+                    load_256(p + Format::scale_register_offset + 32 * h),
+                    load_256(p + Format::scale_register_offset + 64 + 32 * h),
+                    load_256(p + Format::scale_register_offset + 128 + 32 * h)};
+                for (int sub = 0; sub < 2; ++sub) {
+                    __m256i scale_bits, min_bits;
+                    scale_min_lanes(packed, 2 * pair + sub, scale_bits, min_bits);
+                    __m256 const scale = _mm256_mul_ps(d, _mm256_cvtepi32_ps(scale_bits));
+                    __m256 const minimum = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(min_bits));
+                    __m256 const s = _mm256_mul_ps(scale, _mm256_set1_ps(x.scale[b + sub]));
+                    acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[h][sub]), s, acc[h]);
+                    acc[h] = _mm256_fnmadd_ps(minimum, _mm256_set1_ps(x.sum[b + sub]), acc[h]);
+                }
+            }
+        }
+    }
+    for (int h = 0; h < halves; ++h) _mm256_storeu_ps(out + 8 * h, acc[h]);
+}
+
 template <DType W, int T>
 void int8_strip_tile_k_minimum_avx2(std::byte const* strip, Extent auto cols, Int8Row const (&x)[T],
                                     float (&out)[T][int8_strip_rows]) {
+    if constexpr (T == 1) {
+        int8_strip_row_k_minimum_avx2<W>(strip, cols, x[0], out[0]);
+        return;
+    }
     using Format = Int8StripFormat<W>;
     constexpr int halves = 2;
     __m256 acc[T][halves];
