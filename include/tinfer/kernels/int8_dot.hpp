@@ -726,6 +726,24 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
             } else {
                 m = _mm256_mul_ps(d, _mm256_set1_ps(Format::offset_factor));
             }
+            // Q8_0: each register's signed weights and their magnitudes once for the tile's
+            // tokens, each token's products widened at once (up to 2 * 128 * 127 in 16 bits).
+            __m256i q8_sums[T];
+            if constexpr (!Format::nibbles) {
+                for (int t = 0; t < T; ++t) q8_sums[t] = _mm256_setzero_si256();
+                for (int k = 0; k < K; ++k) {
+                    __m256i const w = _mm256_xor_si256(  // signed q
+                        load_256(p + k * Format::register_bytes + 32 * h), shift);
+                    __m256i const magnitude = _mm256_abs_epi8(w);
+                    for (int t = 0; t < T; ++t) {
+                        __m256i const xs = four_256(x[t].q + b * int8_block_elements + 4 * k);
+                        q8_sums[t] = _mm256_add_epi32(
+                            q8_sums[t],
+                            _mm256_madd_epi16(
+                                _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(xs, w)), ones));
+                    }
+                }
+            }
             for (int t = 0; t < T; ++t) {
                 std::int8_t const* xq = x[t].q + b * int8_block_elements;
                 __m256i sums;
@@ -754,17 +772,7 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
                         sums = _mm256_madd_epi16(_mm256_add_epi16(pairs_low, pairs_high), ones);
                     }
                 } else {
-                    sums = _mm256_setzero_si256();
-                    for (int k = 0; k < K; ++k) {
-                        __m256i const w = _mm256_xor_si256(  // signed q
-                            load_256(p + k * Format::register_bytes + 32 * h), shift);
-                        __m256i const xs = four_256(xq + 4 * k);
-                        sums = _mm256_add_epi32(
-                            sums, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w),
-                                                                         _mm256_sign_epi8(xs, w)),
-                                                    ones));
-                    }
-                    sums = _mm256_add_epi32(sums, _mm256_set1_epi32(shift_terms[t]));
+                    sums = _mm256_add_epi32(q8_sums[t], _mm256_set1_epi32(shift_terms[t]));
                 }
                 __m256 const scale = _mm256_mul_ps(d, _mm256_set1_ps(x[t].scale[b]));
                 acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc[t][h]);
