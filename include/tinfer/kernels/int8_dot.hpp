@@ -674,6 +674,46 @@ inline __m256i four_256(std::int8_t const* xq) {
     std::memcpy(&v, xq, 4);
     return _mm256_set1_epi32(v);
 }
+// The 4- or 5-bit values of a legacy format's register k (one half: 8 rows): low pairs with
+// elements 4k.., high with 16 + 4k..; qh is the half's fifth-bit register (Q5_0, Q5_1).
+template <class Format>
+inline void legacy_values_256(__m256i bytes, __m256i qh, int k, __m256i& low, __m256i& high) {
+    __m256i const nibble = _mm256_set1_epi8(0x0f), fifth = _mm256_set1_epi8(0x10);
+    low = _mm256_and_si256(bytes, nibble);
+    high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+    if constexpr (Format::high_bits) {
+        low = _mm256_or_si256(low, _mm256_and_si256(shift_left_16(qh, 4 - k), fifth));
+        high = _mm256_or_si256(high, _mm256_and_si256(shift_right_16(qh, k), fifth));
+    }
+}
+// Q8_0's shift term 128 sum(x) of an activation block, in every lane, as an integer.
+inline __m256i q8_shift_term_256(std::int8_t const* xq) {
+    __m256i const x_bytes = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(xq));
+    // vpmaddubsw takes 0x80 as the unsigned 128: pairs 128 (x_i + x_i+1), then quads, halves.
+    __m256i const x_pairs =
+        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(static_cast<char>(0x80)), x_bytes),
+                          _mm256_set1_epi16(1));
+    __m128i const x_quads =
+        _mm_add_epi32(_mm256_castsi256_si128(x_pairs), _mm256_extracti128_si256(x_pairs, 1));
+    __m128i const x_halves = _mm_add_epi32(x_quads, _mm_unpackhi_epi64(x_quads, x_quads));
+    return _mm256_broadcastd_epi32(_mm_add_epi32(x_halves, _mm_shuffle_epi32(x_halves, 1)));
+}
+// A legacy block's sums into one half's float sums: d e sum(q x), then m e sum(x) (m the stored
+// minimum, or d times the format's offset factor).
+template <class Format>
+inline __m256 add_legacy_block_256(__m256 acc, __m256i sums, std::byte const* scales, int h,
+                                   float x_scale, float x_sum) {
+    __m256 const d = load_halves_256(scales + 16 * h);
+    __m256 m;
+    if constexpr (Format::stores_minimum) {
+        m = load_halves_256(scales + Format::scale_array_bytes + 16 * h);
+    } else {
+        m = _mm256_mul_ps(d, _mm256_set1_ps(Format::offset_factor));
+    }
+    __m256 const scale = _mm256_mul_ps(d, _mm256_set1_ps(x_scale));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc);
+    return _mm256_fmadd_ps(m, _mm256_set1_ps(x_sum), acc);
+}
 
 // AVX2 without VNNI (most x86 laptops): a 256-bit register holds 8 rows, so a strip is two
 // halves with the AVX-512 lane order in each. Byte products go through vpmaddubsw, whose 16-bit
@@ -703,29 +743,18 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
     for (int t = 0; t < T; ++t)
         for (int h = 0; h < halves; ++h) acc[t][h] = _mm256_setzero_ps();
     __m256i const ones = _mm256_set1_epi16(1);
-    __m256i const nibble = _mm256_set1_epi8(0x0f);
-    __m256i const fifth = _mm256_set1_epi8(0x10);
     __m256i const shift = _mm256_set1_epi8(static_cast<char>(0x80));
     int const blocks = cols / int8_block_elements;
     for (int b = 0; b < blocks; ++b) {
         std::byte const* p = strip + static_cast<std::size_t>(b) * Format::block_bytes;
         std::byte const* scales = p + Format::scales_offset;
         // Q8_0's shift term 128 sum(x) per token, the same for both halves.
-        int shift_terms[T] = {};
+        __m256i shift_terms[T];
         if constexpr (!Format::nibbles) {
-            for (int t = 0; t < T; ++t) {
-                std::int8_t const* xq = x[t].q + b * int8_block_elements;
-                for (int i = 0; i < int8_block_elements; ++i) shift_terms[t] += 128 * xq[i];
-            }
+            for (int t = 0; t < T; ++t)
+                shift_terms[t] = q8_shift_term_256(x[t].q + b * int8_block_elements);
         }
         for (int h = 0; h < halves; ++h) {
-            __m256 const d = load_halves_256(scales + 16 * h);
-            __m256 m;
-            if constexpr (Format::stores_minimum) {
-                m = load_halves_256(scales + Format::scale_array_bytes + 16 * h);
-            } else {
-                m = _mm256_mul_ps(d, _mm256_set1_ps(Format::offset_factor));
-            }
             // Q8_0: each register's signed weights and their magnitudes once for the tile's
             // tokens, each token's products widened at once (up to 2 * 128 * 127 in 16 bits).
             __m256i q8_sums[T];
@@ -750,16 +779,11 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
                 if constexpr (Format::nibbles) {
                     __m256i pairs_low = _mm256_setzero_si256(), pairs_high = pairs_low;
                     for (int k = 0; k < K; ++k) {
-                        __m256i const bytes = load_256(p + k * Format::register_bytes + 32 * h);
-                        __m256i low = _mm256_and_si256(bytes, nibble);
-                        __m256i high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
-                        if constexpr (Format::high_bits) {
-                            __m256i const qh = load_256(p + Format::high_offset + 32 * h);
-                            low = _mm256_or_si256(
-                                low, _mm256_and_si256(shift_left_16(qh, 4 - k), fifth));
-                            high = _mm256_or_si256(high,
-                                                   _mm256_and_si256(shift_right_16(qh, k), fifth));
-                        }
+                        __m256i low, high;
+                        legacy_values_256<Format>(
+                            load_256(p + k * Format::register_bytes + 32 * h),
+                            Format::high_bits ? load_256(p + Format::high_offset + 32 * h) : ones,
+                            k, low, high);
                         pairs_low = _mm256_add_epi16(
                             pairs_low, _mm256_maddubs_epi16(low, four_256(xq + 4 * k)));
                         pairs_high = _mm256_add_epi16(
@@ -772,11 +796,10 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
                         sums = _mm256_madd_epi16(_mm256_add_epi16(pairs_low, pairs_high), ones);
                     }
                 } else {
-                    sums = _mm256_add_epi32(q8_sums[t], _mm256_set1_epi32(shift_terms[t]));
+                    sums = _mm256_add_epi32(q8_sums[t], shift_terms[t]);
                 }
-                __m256 const scale = _mm256_mul_ps(d, _mm256_set1_ps(x[t].scale[b]));
-                acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc[t][h]);
-                acc[t][h] = _mm256_fmadd_ps(m, _mm256_set1_ps(x[t].sum[b]), acc[t][h]);
+                acc[t][h] = add_legacy_block_256<Format>(acc[t][h], sums, scales, h, x[t].scale[b],
+                                                         x[t].sum[b]);
             }
         }
     }
@@ -804,8 +827,6 @@ void int8_strip_row_avx2(std::byte const* strip, Extent auto cols, Int8Row const
     constexpr int K = Format::registers, halves = 2;
     __m256 acc[halves] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     __m256i const ones = _mm256_set1_epi16(1);
-    __m256i const nibble = _mm256_set1_epi8(0x0f);
-    __m256i const fifth = _mm256_set1_epi8(0x10);
     __m256i const shift = _mm256_set1_epi8(static_cast<char>(0x80));
     int const blocks = cols / int8_block_elements;
     for (int b = 0; b < blocks; ++b) {
@@ -819,21 +840,15 @@ void int8_strip_row_avx2(std::byte const* strip, Extent auto cols, Int8Row const
             // with fifth bits, 8 of 2 * 15 * 127 (low and high added) without.
             __m256i pairs[halves][2];
             for (auto& half : pairs) half[0] = half[1] = _mm256_setzero_si256();
-            __m256i qh[halves];
+            __m256i qh[halves] = {ones, ones};
             if constexpr (Format::high_bits)
                 for (int h = 0; h < halves; ++h) qh[h] = load_256(p + Format::high_offset + 32 * h);
             for (int k = 0; k < K; ++k) {
                 __m256i const x_low = four_256(xq + 4 * k), x_high = four_256(xq + 16 + 4 * k);
                 for (int h = 0; h < halves; ++h) {
-                    __m256i const bytes = load_256(p + k * Format::register_bytes + 32 * h);
-                    __m256i low = _mm256_and_si256(bytes, nibble);
-                    __m256i high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
-                    if constexpr (Format::high_bits) {
-                        low = _mm256_or_si256(low,
-                                              _mm256_and_si256(shift_left_16(qh[h], 4 - k), fifth));
-                        high = _mm256_or_si256(high,
-                                               _mm256_and_si256(shift_right_16(qh[h], k), fifth));
-                    }
+                    __m256i low, high;
+                    legacy_values_256<Format>(load_256(p + k * Format::register_bytes + 32 * h),
+                                              qh[h], k, low, high);
                     pairs[h][0] = _mm256_add_epi16(pairs[h][0], _mm256_maddubs_epi16(low, x_low));
                     pairs[h][1] = _mm256_add_epi16(pairs[h][1], _mm256_maddubs_epi16(high, x_high));
                 }
@@ -848,15 +863,7 @@ void int8_strip_row_avx2(std::byte const* strip, Extent auto cols, Int8Row const
             }
         } else {
             // Q8_0: the tile's sign trick, and the +128 shift's 128 sum(x) added as an integer.
-            __m256i const x_bytes = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(xq));
-            __m256i const x_pairs = _mm256_madd_epi16(_mm256_maddubs_epi16(shift, x_bytes), ones);
-            __m128i const x_quads = _mm_add_epi32(_mm256_castsi256_si128(x_pairs),
-                                                  _mm256_extracti128_si256(x_pairs, 1));
-            __m128i const x_halves = _mm_add_epi32(x_quads, _mm_unpackhi_epi64(x_quads, x_quads));
-            // 128 sum(x) in every lane: maddubs multiplied by 0x80 as an unsigned 128 already.
-            __m256i const shift_term =
-                _mm256_broadcastd_epi32(_mm_add_epi32(x_halves, _mm_shuffle_epi32(x_halves, 1)));
-            sums[0] = sums[1] = shift_term;
+            sums[0] = sums[1] = q8_shift_term_256(xq);
             for (int k = 0; k < K; ++k) {
                 __m256i const xs = four_256(xq + 4 * k);
                 for (int h = 0; h < halves; ++h) {
@@ -869,21 +876,28 @@ void int8_strip_row_avx2(std::byte const* strip, Extent auto cols, Int8Row const
                 }
             }
         }
-        __m256 const x_scale = _mm256_set1_ps(x.scale[b]), x_sum = _mm256_set1_ps(x.sum[b]);
-        for (int h = 0; h < halves; ++h) {
-            __m256 const d = load_halves_256(scales + 16 * h);
-            __m256 m;
-            if constexpr (Format::stores_minimum) {
-                m = load_halves_256(scales + Format::scale_array_bytes + 16 * h);
-            } else {
-                m = _mm256_mul_ps(d, _mm256_set1_ps(Format::offset_factor));
-            }
-            __m256 const scale = _mm256_mul_ps(d, x_scale);
-            acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[h]), scale, acc[h]);
-            acc[h] = _mm256_fmadd_ps(m, x_sum, acc[h]);
-        }
+        for (int h = 0; h < halves; ++h)
+            acc[h] = add_legacy_block_256<Format>(acc[h], sums[h], scales, h, x.scale[b], x.sum[b]);
     }
     for (int h = 0; h < halves; ++h) _mm256_storeu_ps(out + 8 * h, acc[h]);
+}
+
+// Sub-blocks 2 pair (low nibbles) and 2 pair + 1 (high) of register k of a Q4_K or Q5_K
+// super-block p, rows 8h .. 8h+7.
+template <DType W>
+inline void k_quant_values_256(std::byte const* p, int pair, int k, int h, __m256i& low,
+                               __m256i& high) {
+    using Format = Int8StripFormat<W>;
+    __m256i const nibble = _mm256_set1_epi8(0x0f), fifth = _mm256_set1_epi8(0x10);
+    __m256i const bytes = load_256(p + (8 * pair + k) * Format::register_bytes + 32 * h);
+    low = _mm256_and_si256(bytes, nibble);
+    high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+    if constexpr (W == DType::q5_k) {
+        __m256i const qh = shift_right_16(
+            load_256(p + Format::high_offset + k * Format::register_bytes + 32 * h), 2 * pair);
+        low = _mm256_or_si256(low, _mm256_and_si256(_mm256_slli_epi16(qh, 4), fifth));
+        high = _mm256_or_si256(high, _mm256_and_si256(_mm256_slli_epi16(qh, 3), fifth));
+    }
 }
 
 // Q4_K and Q5_K for one token (decode), as int8_strip_row_avx2 does the legacy formats: each
@@ -898,8 +912,6 @@ void int8_strip_row_k_minimum_avx2(std::byte const* strip, Extent auto cols, Int
     constexpr int halves = 2;
     __m256 acc[halves] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     __m256i const ones = _mm256_set1_epi16(1);
-    __m256i const nibble = _mm256_set1_epi8(0x0f);
-    __m256i const fifth = _mm256_set1_epi8(0x10);
     int const supers = cols / Format::block_elements;
     for (int sb = 0; sb < supers; ++sb) {
         std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
@@ -916,19 +928,8 @@ void int8_strip_row_k_minimum_avx2(std::byte const* strip, Extent auto cols, Int
                 __m256i const x_low = four_256(xq + 4 * k),
                               x_high = four_256(xq + int8_block_elements + 4 * k);
                 for (int h = 0; h < halves; ++h) {
-                    __m256i const bytes =
-                        load_256(p + (8 * pair + k) * Format::register_bytes + 32 * h);
-                    __m256i low = _mm256_and_si256(bytes, nibble);
-                    __m256i high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
-                    if constexpr (W == DType::q5_k) {
-                        __m256i const qh = shift_right_16(
-                            load_256(p + Format::high_offset + k * Format::register_bytes + 32 * h),
-                            2 * pair);
-                        low =
-                            _mm256_or_si256(low, _mm256_and_si256(_mm256_slli_epi16(qh, 4), fifth));
-                        high = _mm256_or_si256(high,
-                                               _mm256_and_si256(_mm256_slli_epi16(qh, 3), fifth));
-                    }
+                    __m256i low, high;
+                    k_quant_values_256<W>(p, pair, k, h, low, high);
                     pairs[h][0] = _mm256_add_epi16(pairs[h][0], _mm256_maddubs_epi16(low, x_low));
                     pairs[h][1] = _mm256_add_epi16(pairs[h][1], _mm256_maddubs_epi16(high, x_high));
                 }
@@ -980,7 +981,6 @@ void int8_strip_tile_k_minimum_avx2(std::byte const* strip, Extent auto cols, In
         for (int h = 0; h < halves; ++h) acc[t][h] = _mm256_setzero_ps();
     __m256i const ones = _mm256_set1_epi16(1);
     __m256i const nibble = _mm256_set1_epi8(0x0f);
-    __m256i const fifth = _mm256_set1_epi8(0x10);
     int const supers = cols / Format::block_elements;
     for (int sb = 0; sb < supers; ++sb) {
         std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
@@ -996,19 +996,7 @@ void int8_strip_tile_k_minimum_avx2(std::byte const* strip, Extent auto cols, In
             for (int pair = 0; pair < 4; ++pair) {
                 // Sub-blocks 2 pair (low nibbles) and 2 pair + 1 (high) of register k.
                 auto const values = [&](int k, __m256i& low, __m256i& high) {
-                    __m256i const bytes =
-                        load_256(p + (8 * pair + k) * Format::register_bytes + 32 * h);
-                    low = _mm256_and_si256(bytes, nibble);
-                    high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
-                    if constexpr (W == DType::q5_k) {
-                        __m256i const qh = shift_right_16(
-                            load_256(p + Format::high_offset + k * Format::register_bytes + 32 * h),
-                            2 * pair);
-                        low =
-                            _mm256_or_si256(low, _mm256_and_si256(_mm256_slli_epi16(qh, 4), fifth));
-                        high = _mm256_or_si256(high,
-                                               _mm256_and_si256(_mm256_slli_epi16(qh, 3), fifth));
-                    }
+                    k_quant_values_256<W>(p, pair, k, h, low, high);
                 };
                 __m256 scale[2], minimum[2];
                 for (int half = 0; half < 2; ++half) {
