@@ -698,6 +698,13 @@ inline __m256i q8_shift_term_256(std::int8_t const* xq) {
     __m128i const x_halves = _mm_add_epi32(x_quads, _mm_unpackhi_epi64(x_quads, x_quads));
     return _mm256_broadcastd_epi32(_mm_add_epi32(x_halves, _mm_shuffle_epi32(x_halves, 1)));
 }
+// The int32 sums of a Q8_0 register's products with 4 activation bytes: w the signed weights
+// (stored bytes ^ 0x80), magnitude |w|, the sign moved onto the activations (at most 2 * 128 *
+// 127 in a 16-bit lane, widened at once).
+inline __m256i q8_products_256(__m256i w, __m256i magnitude, __m256i xs) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(xs, w)),
+                             _mm256_set1_epi16(1));
+}
 // A legacy block's sums into one half's float sums: d e sum(q x), then m e sum(x) (m the stored
 // minimum, or d times the format's offset factor).
 template <class Format>
@@ -766,10 +773,8 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
                     __m256i const magnitude = _mm256_abs_epi8(w);
                     for (int t = 0; t < T; ++t) {
                         __m256i const xs = four_256(x[t].q + b * int8_block_elements + 4 * k);
-                        q8_sums[t] = _mm256_add_epi32(
-                            q8_sums[t],
-                            _mm256_madd_epi16(
-                                _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(xs, w)), ones));
+                        q8_sums[t] =
+                            _mm256_add_epi32(q8_sums[t], q8_products_256(w, magnitude, xs));
                     }
                 }
             }
@@ -780,9 +785,10 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
                     __m256i pairs_low = _mm256_setzero_si256(), pairs_high = pairs_low;
                     for (int k = 0; k < K; ++k) {
                         __m256i low, high;
-                        legacy_values_256<Format>(
+                        legacy_values_256<Format>(  // qh unread without fifth bits
                             load_256(p + k * Format::register_bytes + 32 * h),
-                            Format::high_bits ? load_256(p + Format::high_offset + 32 * h) : ones,
+                            Format::high_bits ? load_256(p + Format::high_offset + 32 * h)
+                                              : _mm256_setzero_si256(),
                             k, low, high);
                         pairs_low = _mm256_add_epi16(
                             pairs_low, _mm256_maddubs_epi16(low, four_256(xq + 4 * k)));
@@ -840,7 +846,7 @@ void int8_strip_row_avx2(std::byte const* strip, Extent auto cols, Int8Row const
             // with fifth bits, 8 of 2 * 15 * 127 (low and high added) without.
             __m256i pairs[halves][2];
             for (auto& half : pairs) half[0] = half[1] = _mm256_setzero_si256();
-            __m256i qh[halves] = {ones, ones};
+            __m256i qh[halves] = {};  // unread without fifth bits
             if constexpr (Format::high_bits)
                 for (int h = 0; h < halves; ++h) qh[h] = load_256(p + Format::high_offset + 32 * h);
             for (int k = 0; k < K; ++k) {
@@ -869,10 +875,7 @@ void int8_strip_row_avx2(std::byte const* strip, Extent auto cols, Int8Row const
                 for (int h = 0; h < halves; ++h) {
                     __m256i const w = _mm256_xor_si256(  // signed q
                         load_256(p + k * Format::register_bytes + 32 * h), shift);
-                    sums[h] = _mm256_add_epi32(
-                        sums[h], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w),
-                                                                        _mm256_sign_epi8(xs, w)),
-                                                   ones));
+                    sums[h] = _mm256_add_epi32(sums[h], q8_products_256(w, _mm256_abs_epi8(w), xs));
                 }
             }
         }
@@ -880,6 +883,28 @@ void int8_strip_row_avx2(std::byte const* strip, Extent auto cols, Int8Row const
             acc[h] = add_legacy_block_256<Format>(acc[h], sums[h], scales, h, x.scale[b], x.sum[b]);
     }
     for (int h = 0; h < halves; ++h) _mm256_storeu_ps(out + 8 * h, acc[h]);
+}
+
+// A Q4_K or Q5_K super-block's scale fields for rows 8h .. 8h+7, and sub-block j's scale
+// d s_j and minimum dmin m_j from them.
+struct KQuantScales256 {
+    __m256 d, dmin;
+    __m256i packed[3];
+};
+template <class Format>
+inline KQuantScales256 k_quant_scales_256(std::byte const* p, int h) {
+    return {load_halves_256(p + Format::scales_offset + 16 * h),
+            load_halves_256(p + Format::scales_offset + Format::scale_array_bytes + 16 * h),
+            {load_256(p + Format::scale_register_offset + 32 * h),
+             load_256(p + Format::scale_register_offset + 64 + 32 * h),
+             load_256(p + Format::scale_register_offset + 128 + 32 * h)}};
+}
+inline void k_quant_sub_block_256(KQuantScales256 const& fields, int j, __m256& scale,
+                                  __m256& minimum) {
+    __m256i scale_bits, min_bits;
+    scale_min_lanes(fields.packed, j, scale_bits, min_bits);
+    scale = _mm256_mul_ps(fields.d, _mm256_cvtepi32_ps(scale_bits));
+    minimum = _mm256_mul_ps(fields.dmin, _mm256_cvtepi32_ps(min_bits));
 }
 
 // Sub-blocks 2 pair (low nibbles) and 2 pair + 1 (high) of register k of a Q4_K or Q5_K
@@ -945,18 +970,10 @@ void int8_strip_row_k_minimum_avx2(std::byte const* strip, Extent auto cols, Int
                 }
             }
             for (int h = 0; h < halves; ++h) {
-                __m256 const d = load_halves_256(p + Format::scales_offset + 16 * h);
-                __m256 const dmin =
-                    load_halves_256(p + Format::scales_offset + Format::scale_array_bytes + 16 * h);
-                __m256i const packed[3] = {
-                    load_256(p + Format::scale_register_offset + 32 * h),
-                    load_256(p + Format::scale_register_offset + 64 + 32 * h),
-                    load_256(p + Format::scale_register_offset + 128 + 32 * h)};
+                KQuantScales256 const fields = k_quant_scales_256<Format>(p, h);
                 for (int sub = 0; sub < 2; ++sub) {
-                    __m256i scale_bits, min_bits;
-                    scale_min_lanes(packed, 2 * pair + sub, scale_bits, min_bits);
-                    __m256 const scale = _mm256_mul_ps(d, _mm256_cvtepi32_ps(scale_bits));
-                    __m256 const minimum = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(min_bits));
+                    __m256 scale, minimum;
+                    k_quant_sub_block_256(fields, 2 * pair + sub, scale, minimum);
                     __m256 const s = _mm256_mul_ps(scale, _mm256_set1_ps(x.scale[b + sub]));
                     acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[h][sub]), s, acc[h]);
                     acc[h] = _mm256_fnmadd_ps(minimum, _mm256_set1_ps(x.sum[b + sub]), acc[h]);
@@ -987,24 +1004,15 @@ void int8_strip_tile_k_minimum_avx2(std::byte const* strip, Extent auto cols, In
         if (sb + 1 < supers)
             prefetch_bytes<PrefetchOrder::pinned>(p + Format::block_bytes, Format::block_bytes);
         for (int h = 0; h < halves; ++h) {
-            __m256 const d = load_halves_256(p + Format::scales_offset + 16 * h);
-            __m256 const dmin =
-                load_halves_256(p + Format::scales_offset + Format::scale_array_bytes + 16 * h);
-            __m256i const packed[3] = {load_256(p + Format::scale_register_offset + 32 * h),
-                                       load_256(p + Format::scale_register_offset + 64 + 32 * h),
-                                       load_256(p + Format::scale_register_offset + 128 + 32 * h)};
+            KQuantScales256 const fields = k_quant_scales_256<Format>(p, h);
             for (int pair = 0; pair < 4; ++pair) {
                 // Sub-blocks 2 pair (low nibbles) and 2 pair + 1 (high) of register k.
                 auto const values = [&](int k, __m256i& low, __m256i& high) {
                     k_quant_values_256<W>(p, pair, k, h, low, high);
                 };
                 __m256 scale[2], minimum[2];
-                for (int half = 0; half < 2; ++half) {
-                    __m256i scale_bits, min_bits;
-                    scale_min_lanes(packed, 2 * pair + half, scale_bits, min_bits);
-                    scale[half] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(scale_bits));
-                    minimum[half] = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(min_bits));
-                }
+                for (int half = 0; half < 2; ++half)
+                    k_quant_sub_block_256(fields, 2 * pair + half, scale[half], minimum[half]);
                 // Each register is loaded once for both sub-blocks. Q5_K tiles of several tokens
                 // assemble the pair's 5-bit values once into a buffer they all read (for Q4_K's
                 // mask and shift the buffer measured slower than recomputing them).
