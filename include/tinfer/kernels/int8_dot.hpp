@@ -669,6 +669,13 @@ inline __m256i load_256(std::byte const* p) {
 inline __m256 load_halves_256(std::byte const* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<__m128i const*>(p)));
 }
+// Keeps a running sum a chain. GCC 12's reassociation rebuilt a row's sums of vpmaddubsw
+// products (integer adds, so any order is the same integer) as a tree over all its terms:
+// every product first, spilled, then the adds (the one-token Q4_K row: 93 stack accesses per
+// super-block). An empty asm that may change the sum pins each add where the source has it.
+inline void keep_chain(__m256i& sum) {
+    asm("" : "+x"(sum));
+}
 inline __m256i four_256(std::int8_t const* xq) {
     std::int32_t v;
     std::memcpy(&v, xq, 4);
@@ -775,6 +782,7 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
                         __m256i const xs = four_256(x[t].q + b * int8_block_elements + 4 * k);
                         q8_sums[t] =
                             _mm256_add_epi32(q8_sums[t], q8_products_256(w, magnitude, xs));
+                        keep_chain(q8_sums[t]);
                     }
                 }
             }
@@ -794,6 +802,8 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
                             pairs_low, _mm256_maddubs_epi16(low, four_256(xq + 4 * k)));
                         pairs_high = _mm256_add_epi16(
                             pairs_high, _mm256_maddubs_epi16(high, four_256(xq + 16 + 4 * k)));
+                        keep_chain(pairs_low);
+                        keep_chain(pairs_high);
                     }
                     if constexpr (Format::high_bits) {  // 4 terms each: widen separately
                         sums = _mm256_add_epi32(_mm256_madd_epi16(pairs_low, ones),
@@ -857,6 +867,8 @@ void int8_strip_row_avx2(std::byte const* strip, Extent auto cols, Int8Row const
                                               qh[h], k, low, high);
                     pairs[h][0] = _mm256_add_epi16(pairs[h][0], _mm256_maddubs_epi16(low, x_low));
                     pairs[h][1] = _mm256_add_epi16(pairs[h][1], _mm256_maddubs_epi16(high, x_high));
+                    keep_chain(pairs[h][0]);
+                    keep_chain(pairs[h][1]);
                 }
             }
             for (int h = 0; h < halves; ++h) {
@@ -876,6 +888,7 @@ void int8_strip_row_avx2(std::byte const* strip, Extent auto cols, Int8Row const
                     __m256i const w = _mm256_xor_si256(  // signed q
                         load_256(p + k * Format::register_bytes + 32 * h), shift);
                     sums[h] = _mm256_add_epi32(sums[h], q8_products_256(w, _mm256_abs_epi8(w), xs));
+                    keep_chain(sums[h]);
                 }
             }
         }
@@ -957,6 +970,8 @@ void int8_strip_row_k_minimum_avx2(std::byte const* strip, Extent auto cols, Int
                     k_quant_values_256<W>(p, pair, k, h, low, high);
                     pairs[h][0] = _mm256_add_epi16(pairs[h][0], _mm256_maddubs_epi16(low, x_low));
                     pairs[h][1] = _mm256_add_epi16(pairs[h][1], _mm256_maddubs_epi16(high, x_high));
+                    keep_chain(pairs[h][0]);
+                    keep_chain(pairs[h][1]);
                 }
                 // 5-bit weights: widen every 4 terms; 4-bit: after all 8.
                 if (W == DType::q5_k ? k % 4 == 3 : k == 7) {
