@@ -843,6 +843,12 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
 // one thread and 71-85% at two (Zen 3, int8_linear_bench, strips streamed from memory); 1-2 KiB
 // ahead gave 84-97% and 87-100%, 512 bytes no gain, 3-4 KiB less again.
 inline constexpr std::size_t avx2_decode_prefetch_bytes = 2048;
+// The K-quant rows' distance, asked a quarter of a super-block at a time (per sub-block pair
+// of Q4_K and Q5_K, per half of a half of Q6_K): a whole super-block's 36-53 lines at once
+// kept Q4_K at 62-66% of the read bandwidth, Q5_K 59-63%, Q6_K 54-56% (Zen 3, one thread,
+// int8_linear_bench -p 1). Spread out: 2 KiB ahead 78-82% (Q4_K), 3 KiB 88-93%, 4 KiB
+// 91-94% (Q5_K 81-86%, Q6_K 63-72%; two threads Q4_K 69-70% -> 82-91%), 6 KiB 71-95%.
+inline constexpr std::size_t avx2_k_quant_prefetch_bytes = 4096;
 
 // A token tile of one, register by register over both halves: each activation broadcast
 // then serves the strip's 16 rows, and the live values (four 16-bit sums, two float sums, two
@@ -968,8 +974,10 @@ void int8_strip_row_k_minimum_avx2(std::byte const* strip, Extent auto cols, Int
     int const supers = cols / Format::block_elements;
     for (int sb = 0; sb < supers; ++sb) {
         std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
-        prefetch_bytes<PrefetchOrder::pinned>(p + avx2_decode_prefetch_bytes, Format::block_bytes);
         for (int pair = 0; pair < 4; ++pair) {
+            prefetch_bytes<PrefetchOrder::pinned>(
+                p + avx2_k_quant_prefetch_bytes + pair * (Format::block_bytes / 4),
+                Format::block_bytes / 4);
             int const b = sb * 8 + 2 * pair;  // the low sub-block's activation block
             std::int8_t const* xq = x.q + b * int8_block_elements;
             // [half of the strip][sub-block 2 pair, 2 pair + 1]
@@ -1159,7 +1167,6 @@ inline void int8_strip_row_q6_k_avx2(std::byte const* strip, Extent auto cols, I
     int const supers = cols / Format::block_elements;
     for (int sb = 0; sb < supers; ++sb) {
         std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
-        prefetch_bytes<PrefetchOrder::pinned>(p + avx2_decode_prefetch_bytes, Format::block_bytes);
         // -16 sum(x) of each block's two sub-blocks, as a pair of 16-bit values.
         std::int32_t offsets[8][2];
         for (int m = 0; m < 8; ++m) {
@@ -1177,6 +1184,10 @@ inline void int8_strip_row_q6_k_avx2(std::byte const* strip, Extent auto cols, I
             // and broadcasts under GCC 12 (17-19 GMAC/s); here each ql register is loaded twice
             // and qh four times, loads being what this loop has to spare.
             auto const block = [&]<int g, int m>() {
+                if constexpr (m == 0)
+                    prefetch_bytes<PrefetchOrder::pinned>(
+                        p + avx2_k_quant_prefetch_bytes + (2 * h + g) * (Format::block_bytes / 4),
+                        Format::block_bytes / 4);
                 std::int8_t const* xq = x.q + (sb * 8 + 4 * g + m) * int8_block_elements;
                 __m256i total = _mm256_setzero_si256();
                 for (int s = 0; s < 2; ++s) {  // sub-block s: registers 4s .. 4s+3
