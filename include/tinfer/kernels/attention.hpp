@@ -729,8 +729,8 @@ class AttentionKernel {
 #pragma omp simd
             for (int l = 0; l < key_lanes; ++l) {
                 int const j = j0 + l;
-                float const score = j >= lo && j <= hi ? scores[j] : negative_infinity;
-                lane_maxima[l] = std::max(lane_maxima[l], score);
+                float const score = select(j >= lo && j <= hi, scores[j], negative_infinity);
+                lane_maxima[l] = select(lane_maxima[l] < score, score, lane_maxima[l]);  // max
             }
         }
         float const tile_maximum = max_lanes(lane_maxima);
@@ -742,7 +742,8 @@ class AttentionKernel {
 #pragma omp simd
             for (int l = 0; l < key_lanes; ++l) {
                 int const j = j0 + l;
-                float const weight = j >= lo && j <= hi ? fast_exp2(scores[j] - new_maximum) : 0.0f;
+                float const weight =
+                    select(j >= lo && j <= hi, fast_exp2(scores[j] - new_maximum), 0.0f);
                 scores[j] = weight;
                 lane_sums[l] += weight;
             }

@@ -195,6 +195,9 @@ template <GateActivation Activation>
 inline void combine_strip_outputs(float* __restrict row, float const (&g)[int8_strip_rows],
                                   float const (&u)[int8_strip_rows], int rows) {
     for_strip_rows(rows, [&](int count) {
+    // The activation's selects (sign, underflow) stayed branches without the pragma: a
+    // scalar loop with a division per element, 5% of a SmolLM2 decode step on a Zen 3.
+#pragma omp simd
         for (int r = 0; r < count; ++r) row[r] = Activation::apply(g[r]) * u[r];
     });
 }

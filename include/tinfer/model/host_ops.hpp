@@ -314,7 +314,7 @@ class HostOps {
             project(up, Activations::normed, ws_.up.data(), ffn, kernels::Store::assign);
 #pragma omp barrier
             std::size_t const n = static_cast<std::size_t>(rows_) * ffn;
-#pragma omp for schedule(static)
+#pragma omp for simd schedule(static)
             for (std::size_t i = 0; i < n; ++i) ws_.gate[i] = Gate::apply(ws_.gate[i]) * ws_.up[i];
         }
     }
