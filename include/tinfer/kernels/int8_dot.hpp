@@ -1039,11 +1039,13 @@ void int8_strip_tile_k_minimum_avx2(std::byte const* strip, Extent auto cols, In
     int const supers = cols / Format::block_elements;
     for (int sb = 0; sb < supers; ++sb) {
         std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
-        if (sb + 1 < supers)
-            prefetch_bytes<PrefetchOrder::pinned>(p + Format::block_bytes, Format::block_bytes);
         for (int h = 0; h < halves; ++h) {
             KQuantScales256 const fields = k_quant_scales_256<Format>(p, h);
             for (int pair = 0; pair < 4; ++pair) {
+                // An eighth of a super-block at a time, as the one-token rows ask.
+                prefetch_bytes<PrefetchOrder::pinned>(
+                    p + avx2_k_quant_prefetch_bytes + (4 * h + pair) * (Format::block_bytes / 8),
+                    Format::block_bytes / 8);
                 // Sub-blocks 2 pair (low nibbles) and 2 pair + 1 (high) of register k.
                 auto const values = [&](int k, __m256i& low, __m256i& high) {
                     k_quant_values_256<W>(p, pair, k, h, low, high);
@@ -1248,8 +1250,6 @@ void int8_strip_tile_q6_k_avx2(std::byte const* strip, Extent auto cols, Int8Row
     int const supers = cols / Format::block_elements;
     for (int sb = 0; sb < supers; ++sb) {
         std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
-        if (sb + 1 < supers)
-            prefetch_bytes<PrefetchOrder::pinned>(p + Format::block_bytes, Format::block_bytes);
         for (int g = 0; g < 2; ++g) {  // g: the super-block's half of 128 elements
             int const first_block = sb * 8 + 4 * g;
             int x_sums[T][4][2];
@@ -1257,6 +1257,10 @@ void int8_strip_tile_q6_k_avx2(std::byte const* strip, Extent auto cols, Int8Row
                 for (int m = 0; m < 4; ++m)
                     sums_of_16_sse(x[t].q + (first_block + m) * int8_block_elements, x_sums[t][m]);
             for (int h = 0; h < halves; ++h) {  // h: rows 8h .. 8h+7
+                // A quarter of a super-block at a time, as the one-token row asks.
+                prefetch_bytes<PrefetchOrder::pinned>(
+                    p + avx2_k_quant_prefetch_bytes + (2 * g + h) * (Format::block_bytes / 4),
+                    Format::block_bytes / 4);
                 std::byte const* lanes = p + 32 * h;
                 __m256 const d = load_halves_256(p + Format::scales_offset + 16 * h);
                 for (int k = 0; k < 8; ++k) {
