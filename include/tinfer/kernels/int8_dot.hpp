@@ -849,6 +849,12 @@ inline constexpr std::size_t avx2_decode_prefetch_bytes = 2048;
 // int8_linear_bench -p 1). Spread out: 2 KiB ahead 78-82% (Q4_K), 3 KiB 88-93%, 4 KiB
 // 91-94% (Q5_K 81-86%, Q6_K 63-72%; two threads Q4_K 69-70% -> 82-91%), 6 KiB 71-95%.
 inline constexpr std::size_t avx2_k_quant_prefetch_bytes = 4096;
+// Part `part` of `parts` of the K-quant super-block avx2_k_quant_prefetch_bytes past p.
+template <class Format, int parts>
+inline void prefetch_k_quant_part(std::byte const* p, int part) {
+    constexpr std::size_t bytes = Format::block_bytes / parts;
+    prefetch_bytes<PrefetchOrder::pinned>(p + avx2_k_quant_prefetch_bytes + part * bytes, bytes);
+}
 
 // A token tile of one, register by register over both halves: each activation broadcast
 // then serves the strip's 16 rows, and the live values (four 16-bit sums, two float sums, two
@@ -975,9 +981,7 @@ void int8_strip_row_k_minimum_avx2(std::byte const* strip, Extent auto cols, Int
     for (int sb = 0; sb < supers; ++sb) {
         std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
         for (int pair = 0; pair < 4; ++pair) {
-            prefetch_bytes<PrefetchOrder::pinned>(
-                p + avx2_k_quant_prefetch_bytes + pair * (Format::block_bytes / 4),
-                Format::block_bytes / 4);
+            prefetch_k_quant_part<Format, 4>(p, pair);
             int const b = sb * 8 + 2 * pair;  // the low sub-block's activation block
             std::int8_t const* xq = x.q + b * int8_block_elements;
             // [half of the strip][sub-block 2 pair, 2 pair + 1]
@@ -1043,9 +1047,7 @@ void int8_strip_tile_k_minimum_avx2(std::byte const* strip, Extent auto cols, In
             KQuantScales256 const fields = k_quant_scales_256<Format>(p, h);
             for (int pair = 0; pair < 4; ++pair) {
                 // An eighth of a super-block at a time, as the one-token rows ask.
-                prefetch_bytes<PrefetchOrder::pinned>(
-                    p + avx2_k_quant_prefetch_bytes + (4 * h + pair) * (Format::block_bytes / 8),
-                    Format::block_bytes / 8);
+                prefetch_k_quant_part<Format, 8>(p, 4 * h + pair);
                 // Sub-blocks 2 pair (low nibbles) and 2 pair + 1 (high) of register k.
                 auto const values = [&](int k, __m256i& low, __m256i& high) {
                     k_quant_values_256<W>(p, pair, k, h, low, high);
@@ -1132,14 +1134,21 @@ void int8_strip_tile_k_minimum_avx2(std::byte const* strip, Extent auto cols, In
         for (int h = 0; h < halves; ++h) _mm256_storeu_ps(out[t] + 8 * h, acc[t][h]);
 }
 
-// Q6_K for one token (decode). The tile below decodes a half's four blocks into a 1 KiB buffer
-// that its tokens read; for one token that is a store and a load per register, plus a 32-bit
-// multiply per sub-block: 10.4 GMAC/s from cache on a Zen 3, 40% of the read bandwidth
-// streamed. Here block m's values go straight into vpmaddubsw, and the sub-block scales
-// multiply in 16 bits, vpmaddwd against (c, c) pairs, as does the -32 offset (c against
-// -16 sum(x) twice): 21.5-22.3 GMAC/s from cache. The int32 totals are the tile's integers
-// (16-bit lanes of at most 2 * 2 * 63 * 127, and 16 * 16 * 127 = 32512), the float operations
-// the same in the same order.
+// Block m's 6-bit values (m = 0..3 of a super-block's half) from its ql register (16 g + k for
+// m = 0 and 2, 16 g + 8 + k for 1 and 3; low nibbles for m < 2) and qh register (bit pair m).
+template <int m>
+inline __m256i q6_k_values_256(__m256i ql, __m256i qh) {
+    __m256i const nibble = _mm256_set1_epi8(0x0f), top = _mm256_set1_epi8(0x30);
+    __m256i const low4 = _mm256_and_si256(m < 2 ? ql : _mm256_srli_epi16(ql, 4), nibble);
+    __m256i const high2 = m == 0   ? _mm256_slli_epi16(qh, 4)
+                          : m == 1 ? _mm256_slli_epi16(qh, 2)
+                          : m == 2 ? qh
+                                   : _mm256_srli_epi16(qh, 2);
+    return _mm256_or_si256(low4, _mm256_and_si256(high2, top));
+}
+
+// Q6_K sub-block `sub`'s scales for the half of the strip at `lanes`, as (c, c) 16-bit pairs
+// for vpmaddwd.
 inline __m256i q6_k_scale_pairs_256(std::byte const* lanes, int sub) {
     using Format = Int8StripFormat<DType::q6_k>;
     // Byte sub % 4 of each lane's scales register into both 16-bit halves, sign-extended.
@@ -1152,20 +1161,19 @@ inline __m256i q6_k_scale_pairs_256(std::byte const* lanes, int sub) {
     return _mm256_srai_epi16(_mm256_shuffle_epi8(packed, pick), 8);
 }
 
+// Q6_K for one token (decode). The tile below decodes a half's four blocks into a 1 KiB buffer
+// that its tokens read; for one token that is a store and a load per register, plus a 32-bit
+// multiply per sub-block: 10.4 GMAC/s from cache on a Zen 3, 40% of the read bandwidth
+// streamed. Here block m's values go straight into vpmaddubsw, and the sub-block scales
+// multiply in 16 bits, vpmaddwd against (c, c) pairs, as does the -32 offset (c against
+// -16 sum(x) twice): 21.5-22.3 GMAC/s from cache. The int32 totals are the tile's integers
+// (16-bit lanes of at most 2 * 2 * 63 * 127, and 16 * 16 * 127 = 32512), the float operations
+// the same in the same order.
 inline void int8_strip_row_q6_k_avx2(std::byte const* strip, Extent auto cols, Int8Row const& x,
                                      float (&out)[int8_strip_rows]) {
     using Format = Int8StripFormat<DType::q6_k>;
     constexpr int halves = 2;
     __m256 acc[halves] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    __m256i const nibble = _mm256_set1_epi8(0x0f);
-    __m256i const top = _mm256_set1_epi8(0x30);
-    // qh's bit pair for block m moved to bits 4-5: m = 0, 1, 2, 3 need <<4, <<2, none, >>2.
-    auto const high_bits = [&]<int m>(__m256i qh) {
-        if constexpr (m == 0) return _mm256_and_si256(_mm256_slli_epi16(qh, 4), top);
-        if constexpr (m == 1) return _mm256_and_si256(_mm256_slli_epi16(qh, 2), top);
-        if constexpr (m == 2) return _mm256_and_si256(qh, top);
-        if constexpr (m == 3) return _mm256_and_si256(_mm256_srli_epi16(qh, 2), top);
-    };
     int const supers = cols / Format::block_elements;
     for (int sb = 0; sb < supers; ++sb) {
         std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
@@ -1186,10 +1194,7 @@ inline void int8_strip_row_q6_k_avx2(std::byte const* strip, Extent auto cols, I
             // and broadcasts under GCC 12 (17-19 GMAC/s); here each ql register is loaded twice
             // and qh four times, loads being what this loop has to spare.
             auto const block = [&]<int g, int m>() {
-                if constexpr (m == 0)
-                    prefetch_bytes<PrefetchOrder::pinned>(
-                        p + avx2_k_quant_prefetch_bytes + (2 * h + g) * (Format::block_bytes / 4),
-                        Format::block_bytes / 4);
+                if constexpr (m == 0) prefetch_k_quant_part<Format, 4>(p, 2 * h + g);
                 std::int8_t const* xq = x.q + (sb * 8 + 4 * g + m) * int8_block_elements;
                 __m256i total = _mm256_setzero_si256();
                 for (int s = 0; s < 2; ++s) {  // sub-block s: registers 4s .. 4s+3
@@ -1203,10 +1208,7 @@ inline void int8_strip_row_q6_k_avx2(std::byte const* strip, Extent auto cols, I
                                                                        Format::register_bytes);
                             __m256i const qh = load_256(lanes + Format::high_offset +
                                                         (8 * g + k) * Format::register_bytes);
-                            __m256i const low4 = _mm256_and_si256(
-                                m < 2 ? bytes : _mm256_srli_epi16(bytes, 4), nibble);
-                            __m256i const q =
-                                _mm256_or_si256(low4, high_bits.template operator()<m>(qh));
+                            __m256i const q = q6_k_values_256<m>(bytes, qh);
                             pairs = _mm256_add_epi16(pairs,
                                                      _mm256_maddubs_epi16(q, four_256(xq + 4 * k)));
                         }
@@ -1244,8 +1246,6 @@ void int8_strip_tile_q6_k_avx2(std::byte const* strip, Extent auto cols, Int8Row
     for (int t = 0; t < T; ++t)
         for (int h = 0; h < halves; ++h) acc[t][h] = _mm256_setzero_ps();
     __m256i const ones = _mm256_set1_epi16(1);
-    __m256i const nibble = _mm256_set1_epi8(0x0f);
-    __m256i const top = _mm256_set1_epi8(0x30);
     __m256i decoded[4][8];  // [block m][register k]: 8 rows x 4 six-bit values
     int const supers = cols / Format::block_elements;
     for (int sb = 0; sb < supers; ++sb) {
@@ -1258,9 +1258,7 @@ void int8_strip_tile_q6_k_avx2(std::byte const* strip, Extent auto cols, Int8Row
                     sums_of_16_sse(x[t].q + (first_block + m) * int8_block_elements, x_sums[t][m]);
             for (int h = 0; h < halves; ++h) {  // h: rows 8h .. 8h+7
                 // A quarter of a super-block at a time, as the one-token row asks.
-                prefetch_bytes<PrefetchOrder::pinned>(
-                    p + avx2_k_quant_prefetch_bytes + (2 * g + h) * (Format::block_bytes / 4),
-                    Format::block_bytes / 4);
+                prefetch_k_quant_part<Format, 4>(p, 2 * g + h);
                 std::byte const* lanes = p + 32 * h;
                 __m256 const d = load_halves_256(p + Format::scales_offset + 16 * h);
                 for (int k = 0; k < 8; ++k) {
@@ -1268,18 +1266,10 @@ void int8_strip_tile_q6_k_avx2(std::byte const* strip, Extent auto cols, Int8Row
                     __m256i const b = load_256(lanes + (16 * g + 8 + k) * Format::register_bytes);
                     __m256i const qh = load_256(lanes + Format::high_offset +
                                                 (8 * g + k) * Format::register_bytes);
-                    decoded[0][k] =
-                        _mm256_or_si256(_mm256_and_si256(a, nibble),
-                                        _mm256_and_si256(_mm256_slli_epi16(qh, 4), top));
-                    decoded[1][k] =
-                        _mm256_or_si256(_mm256_and_si256(b, nibble),
-                                        _mm256_and_si256(_mm256_slli_epi16(qh, 2), top));
-                    decoded[2][k] =
-                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), nibble),
-                                        _mm256_and_si256(qh, top));
-                    decoded[3][k] =
-                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), nibble),
-                                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), top));
+                    decoded[0][k] = q6_k_values_256<0>(a, qh);
+                    decoded[1][k] = q6_k_values_256<1>(b, qh);
+                    decoded[2][k] = q6_k_values_256<2>(a, qh);
+                    decoded[3][k] = q6_k_values_256<3>(b, qh);
                 }
                 for (int m = 0; m < 4; ++m) {
                     __m256i c[2];  // sub-blocks 8g + 2m and 8g + 2m + 1: int8 scales, extended
