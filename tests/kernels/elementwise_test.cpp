@@ -1,10 +1,12 @@
 // rmsnorm, rope, swiglu, embedding and the vectorizable f16 decoding against float64 references.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <numbers>
+#include <random>
 #include <span>
 #include <vector>
 
@@ -111,6 +113,47 @@ BOOST_AUTO_TEST_CASE(f16_branchless_equals_reference_for_all_bits) {
         if (std::bit_cast<std::uint32_t>(a) != std::bit_cast<std::uint32_t>(b)) ++mismatches;
     }
     BOOST_TEST(mismatches == 0);
+}
+
+// The fixed-order reductions bit for bit: sum_lanes against the pairwise tree written out in
+// scalars, and dot_rows<R> against R separate dots, for the row counts attention's scores take
+// (the vector trees of sum_lanes_rows pair lanes by shuffles; a wrong pairing changes bits).
+template <int R>
+void check_dot_rows(int n, std::mt19937_64& rng) {
+    std::vector<float> const a = tt::random_floats(rng, static_cast<std::size_t>(n), -2, 2);
+    std::vector<float> const b = tt::random_floats(rng, static_cast<std::size_t>(R) * n, -2, 2);
+    float rows[R];
+    k::dot_rows<R>(tinfer::DynamicExtent{n}, a.data(), b.data(), static_cast<std::size_t>(n), rows);
+    for (int r = 0; r < R; ++r) {
+        float const alone = k::dot(tinfer::DynamicExtent{n}, a.data(), b.data() + r * n);
+        BOOST_TEST(std::bit_cast<std::uint32_t>(rows[r]) == std::bit_cast<std::uint32_t>(alone),
+                   "R " << R << ", n " << n << ", row " << r << ": " << rows[r] << " vs " << alone);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(reductions_keep_their_order_bit_for_bit) {
+    auto rng = tt::seeded_rng(2050);
+    for (int trial = 0; trial < 200; ++trial) {
+        // Magnitudes spread over 2^-20 .. 2^20, so that an addition in another order rounds
+        // differently.
+        std::uniform_int_distribution<int> exponent(-20, 20);
+        std::vector<float> const mantissas = tt::random_floats(rng, k::reduction_lanes, -1, 1);
+        float lanes[k::reduction_lanes];
+        for (int l = 0; l < k::reduction_lanes; ++l)
+            lanes[l] = std::ldexp(mantissas[static_cast<std::size_t>(l)], exponent(rng));
+        float level[k::reduction_lanes];
+        std::copy(lanes, lanes + k::reduction_lanes, level);
+        for (int width = k::reduction_lanes / 2; width > 0; width /= 2)
+            for (int l = 0; l < width; ++l) level[l] = level[l] + level[l + width];
+        BOOST_TEST(std::bit_cast<std::uint32_t>(k::sum_lanes(lanes)) ==
+                   std::bit_cast<std::uint32_t>(level[0]));
+    }
+    for (int n : {16, 64, 72, 256}) {
+        check_dot_rows<1>(n, rng);
+        check_dot_rows<4>(n, rng);
+        check_dot_rows<8>(n, rng);
+        check_dot_rows<16>(n, rng);
+    }
 }
 
 // The softmax weight function against libm's double exp2: relative error within 2.5e-7 (its
