@@ -299,8 +299,7 @@ class HostOps {
             kernels::dispatch_weight_type(gate.type, [&]<DType W>() {
                 if constexpr (int8_precision && kernels::has_int8_dot(W)) {
                     kernels::gated_linear_team<W, kernels::Isa::native, Gate>(
-                        hidden(), gate, up, normed_int8_rows(), rows_, ws_.gate.data(), ffn,
-                        scratch_);
+                        hidden(), gate, up, int8_rows(), rows_, ws_.gate.data(), ffn, scratch_);
                 } else {
                     kernels::gated_linear_team<W, kernels::Isa::native, Gate>(
                         gate, up,
@@ -398,7 +397,9 @@ class HostOps {
     float const* normed_rows() const {
         return normalizes_own_copy() ? ws_.normed_copy(thread_) : ws_.normed.data();
     }
-    kernels::Int8Rows normed_int8_rows() const {
+    // The int8 rows a product reads, whichever input: this thread's copy in a one-row step
+    // (normalize and quantize_input write it), else the workspace's rows.
+    kernels::Int8Rows int8_rows() const {
         return normalizes_own_copy()
                    ? kernels::Int8Rows{ws_.quantized_copy(thread_), ws_.quantized_stride}
                    : ws_.quantized_rows();
@@ -417,9 +418,17 @@ class HostOps {
         return {nullptr, 0};
     }
 
-    // The int8 rows of an input that is not the normed residual (normalize quantizes that).
+    // The int8 rows of an input that is not the normed residual (normalize quantizes that). A
+    // one-row step has every thread quantize the row into its own copy, as normalize does, and
+    // skips the barrier: one thread quantizing while the others waited at the loop's end cost
+    // the attention output and the FFN's hidden row a barrier each a layer.
     void quantize_input(Activations input) {
         auto const [x, width] = input_of(input);
+        if (normalizes_own_copy()) {
+            // The input is complete: the op that wrote it (attend, gated_ffn) ended with a barrier.
+            kernels::quantize_row_int8(x, width, ws_.quantized_copy(thread_));
+            return;
+        }
 #pragma omp for schedule(static)
         for (int row = 0; row < rows_; ++row)
             kernels::quantize_row_int8(x + static_cast<std::size_t>(row) * width, width,
@@ -435,9 +444,7 @@ class HostOps {
         auto const [x, width] = input_of(input);
         kernels::dispatch_weight_type(w.type, [&]<DType W>() {
             if constexpr (int8_precision && kernels::has_int8_dot(W)) {
-                kernels::linear_team<W>(
-                    w, input == Activations::normed ? normed_int8_rows() : ws_.quantized_rows(),
-                    rows_, y, y_stride, store, scratch_);
+                kernels::linear_team<W>(w, int8_rows(), rows_, y, y_stride, store, scratch_);
             } else {
                 kernels::linear_team<W>(w, kernels::FloatRows{x, static_cast<std::size_t>(width)},
                                         rows_, y, y_stride, store, scratch_);

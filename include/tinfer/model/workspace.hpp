@@ -93,7 +93,8 @@ class Workspace {
         return quantized.data() + quantized_stride * static_cast<std::size_t>(row);
     }
     kernels::Int8Rows quantized_rows() const { return {quantized.data(), quantized_stride}; }
-    // Thread `thread`'s own copy of a one-row step's normed row, and of its int8 form.
+    // Thread `thread`'s own copy of a one-row step's normed row, and the int8 form of the row
+    // its next product reads (the normed row, the attention output or the FFN's hidden row).
     float* normed_copy(int thread) {
         return cache_line_aligned(normed_copies.data()) +
                normed_copy_floats * static_cast<std::size_t>(thread);
@@ -134,7 +135,7 @@ class Workspace {
     // activations: [tokens][quantized_stride bytes], laid out by kernels::quantize_row_int8.
     std::vector<std::byte> quantized;
     std::size_t quantized_stride = 0;
-    // Per thread, a normed row and its int8 form (normed_copy, quantized_copy).
+    // Per thread, a normed row and a product's int8 input row (normed_copy, quantized_copy).
     std::vector<float> normed_copies;
     std::vector<std::byte> quantized_copies;
 
