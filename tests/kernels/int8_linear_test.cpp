@@ -284,6 +284,12 @@ BOOST_AUTO_TEST_CASE(quantized_rows_follow_the_definition) {
                 std::memcmp(avx512.bytes.data(), portable.bytes.data(), avx512.bytes.size()) == 0,
                 "AVX-512 and portable quantizers differ at cols " << cols);
         }
+        if (cpu_runs(Isa::avx2)) {
+            QuantizedRows const avx2 = quantize<Isa::avx2>(x, 1, cols);
+            BOOST_TEST(
+                std::memcmp(avx2.bytes.data(), portable.bytes.data(), avx2.bytes.size()) == 0,
+                "AVX2 and portable quantizers differ at cols " << cols);
+        }
         k::Int8Row const row = native.view().row(0, cols);
         int const blocks = cols / 32;
         for (int b = 0; b < blocks; ++b) {

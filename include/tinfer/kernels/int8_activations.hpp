@@ -140,12 +140,63 @@ inline void quantize_row_avx512(float const* x, int cols, std::byte* out) {
                               b);
 }
 TINFER_END_TARGET_AVX512
+
+TINFER_BEGIN_TARGET_AVX2
+// The same on four 8-lane registers. The portable loop's std::nearbyint per element kept GCC
+// from vectorizing it: 3-4 cycles an element on a Zen 3, 1.5-2.6% of a SmolLM2 decode step.
+inline void quantize_block_avx2(float const* x, std::int8_t* q, float* scale, float* sum, int b) {
+    __m256 const sign = _mm256_set1_ps(-0.0f);
+    __m256 values[4];
+    __m256 amax8 = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+        values[i] = _mm256_loadu_ps(x + 8 * i);
+        // max(|x|, amax): a NaN lane keeps amax, as std::max(amax, |x|) does.
+        amax8 = _mm256_max_ps(_mm256_andnot_ps(sign, values[i]), amax8);
+    }
+    __m128 amax4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+    amax4 = _mm_max_ps(amax4, _mm_movehl_ps(amax4, amax4));
+    amax4 = _mm_max_ss(amax4, _mm_shuffle_ps(amax4, amax4, _MM_SHUFFLE(1, 1, 1, 1)));
+    float const amax = _mm_cvtss_f32(amax4);
+    float const d = amax / 127.0f;
+    float const inverse = d != 0 ? 1.0f / d : 0.0f;
+    // cvtps rounds to nearest even (the default MXCSR mode), as std::nearbyint does.
+    __m256i integers[4];
+    for (int i = 0; i < 4; ++i)
+        integers[i] = _mm256_cvtps_epi32(_mm256_mul_ps(values[i], _mm256_set1_ps(inverse)));
+    // Packing works within 128-bit lanes: 32-bit pairs (0, 1) and (2, 3) into 16-bit, then into
+    // bytes, leave the dwords of 4-element groups in the order 0 2 4 6 1 3 5 7; one
+    // permutation restores 0 .. 7.
+    __m256i const bytes = _mm256_packs_epi16(_mm256_packs_epi32(integers[0], integers[1]),
+                                             _mm256_packs_epi32(integers[2], integers[3]));
+    _mm256_storeu_si256(
+        reinterpret_cast<__m256i*>(q + b * int8_block_elements),
+        _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    __m256i const total8 = _mm256_add_epi32(_mm256_add_epi32(integers[0], integers[1]),
+                                            _mm256_add_epi32(integers[2], integers[3]));
+    __m128i total4 =
+        _mm_add_epi32(_mm256_castsi256_si128(total8), _mm256_extracti128_si256(total8, 1));
+    total4 = _mm_add_epi32(total4, _mm_unpackhi_epi64(total4, total4));
+    total4 = _mm_add_epi32(total4, _mm_shuffle_epi32(total4, 1));
+    scale[b] = d;
+    sum[b] = d * static_cast<float>(_mm_cvtsi128_si32(total4));
+}
+
+inline void quantize_row_avx2(float const* x, int cols, std::byte* out) {
+    int const blocks = cols / int8_block_elements;
+    auto* q = reinterpret_cast<std::int8_t*>(out);
+    auto* scale = reinterpret_cast<float*>(out + cols);
+    float* sum = scale + blocks;
+    for (int b = 0; b < blocks; ++b)
+        quantize_block_avx2(x + static_cast<std::size_t>(b) * int8_block_elements, q, scale, sum,
+                            b);
+}
+TINFER_END_TARGET_AVX2
 #endif
 
 }  // namespace detail
 
 // Quantizes one row of `cols` floats (a multiple of 32) into int8_row_bytes(cols) bytes at out.
-// Isa::native: the version chosen at start-up (kernels/isa.hpp); AVX2 takes the portable one.
+// Isa::native: the version chosen at start-up (kernels/isa.hpp).
 template <Isa isa = Isa::native>
 void quantize_row_int8(float const* x, int cols, std::byte* out) {
     if constexpr (isa == Isa::native) {
@@ -153,6 +204,8 @@ void quantize_row_int8(float const* x, int cols, std::byte* out) {
 #if TINFER_X86_TARGETS
     } else if constexpr (isa == Isa::avx512) {
         detail::quantize_row_avx512(x, cols, out);
+    } else if constexpr (isa == Isa::avx2) {
+        detail::quantize_row_avx2(x, cols, out);
 #endif
     } else {
         detail::quantize_row_portable(x, cols, out);
