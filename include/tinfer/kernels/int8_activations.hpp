@@ -99,14 +99,23 @@ inline void quantize_block_portable(float const* x, std::int8_t* q, float* scale
     sum[b] = d * static_cast<float>(total);
 }
 
-inline void quantize_row_portable(float const* x, int cols, std::byte* out) {
-    int const blocks = cols / int8_block_elements;
-    auto* q = reinterpret_cast<std::int8_t*>(out);
+// The parts of a row being written, as int8_row lays them out (int8_row_bytes(cols) at out).
+struct QuantizedRowParts {
+    std::int8_t* q;
+    float* scale;
+    float* sum;
+    int blocks;
+};
+inline QuantizedRowParts quantized_row_parts(std::byte* out, int cols) {
     auto* scale = reinterpret_cast<float*>(out + cols);
-    float* sum = scale + blocks;
-    for (int b = 0; b < blocks; ++b)
-        quantize_block_portable(x + static_cast<std::size_t>(b) * int8_block_elements, q, scale,
-                                sum, b);
+    int const blocks = cols / int8_block_elements;
+    return {reinterpret_cast<std::int8_t*>(out), scale, scale + blocks, blocks};
+}
+
+inline void quantize_row_portable(float const* x, int cols, std::byte* out) {
+    QuantizedRowParts const row = quantized_row_parts(out, cols);
+    for (int b = 0; b < row.blocks; ++b)
+        quantize_block_portable(x + b * int8_block_elements, row.q, row.scale, row.sum, b);
 }
 
 #if TINFER_X86_TARGETS
@@ -131,13 +140,9 @@ inline void quantize_block_avx512(float const* x, std::int8_t* q, float* scale, 
 
 // Its own row loop: a function of the region inlines only into one of the region.
 inline void quantize_row_avx512(float const* x, int cols, std::byte* out) {
-    int const blocks = cols / int8_block_elements;
-    auto* q = reinterpret_cast<std::int8_t*>(out);
-    auto* scale = reinterpret_cast<float*>(out + cols);
-    float* sum = scale + blocks;
-    for (int b = 0; b < blocks; ++b)
-        quantize_block_avx512(x + static_cast<std::size_t>(b) * int8_block_elements, q, scale, sum,
-                              b);
+    QuantizedRowParts const row = quantized_row_parts(out, cols);
+    for (int b = 0; b < row.blocks; ++b)
+        quantize_block_avx512(x + b * int8_block_elements, row.q, row.scale, row.sum, b);
 }
 TINFER_END_TARGET_AVX512
 
@@ -181,14 +186,11 @@ inline void quantize_block_avx2(float const* x, std::int8_t* q, float* scale, fl
     sum[b] = d * static_cast<float>(_mm_cvtsi128_si32(total4));
 }
 
+// Its own row loop too.
 inline void quantize_row_avx2(float const* x, int cols, std::byte* out) {
-    int const blocks = cols / int8_block_elements;
-    auto* q = reinterpret_cast<std::int8_t*>(out);
-    auto* scale = reinterpret_cast<float*>(out + cols);
-    float* sum = scale + blocks;
-    for (int b = 0; b < blocks; ++b)
-        quantize_block_avx2(x + static_cast<std::size_t>(b) * int8_block_elements, q, scale, sum,
-                            b);
+    QuantizedRowParts const row = quantized_row_parts(out, cols);
+    for (int b = 0; b < row.blocks; ++b)
+        quantize_block_avx2(x + b * int8_block_elements, row.q, row.scale, row.sum, b);
 }
 TINFER_END_TARGET_AVX2
 #endif
