@@ -703,14 +703,11 @@ inline void legacy_values_256(__m256i bytes, __m256i qh, int k, __m256i& low, __
 // Q8_0's shift term 128 sum(x) of an activation block, in every lane, as an integer.
 inline __m256i q8_shift_term_256(std::int8_t const* xq) {
     __m256i const x_bytes = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(xq));
-    // vpmaddubsw takes 0x80 as the unsigned 128: pairs 128 (x_i + x_i+1), then quads, halves.
+    // vpmaddubsw takes 0x80 as the unsigned 128: pairs 128 (x_i + x_i+1), then their total.
     __m256i const x_pairs =
         _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(static_cast<char>(0x80)), x_bytes),
                           _mm256_set1_epi16(1));
-    __m128i const x_quads =
-        _mm_add_epi32(_mm256_castsi256_si128(x_pairs), _mm256_extracti128_si256(x_pairs, 1));
-    __m128i const x_halves = _mm_add_epi32(x_quads, _mm_unpackhi_epi64(x_quads, x_quads));
-    return _mm256_broadcastd_epi32(_mm_add_epi32(x_halves, _mm_shuffle_epi32(x_halves, 1)));
+    return _mm256_broadcastd_epi32(sum_epi32_lanes_256(x_pairs));
 }
 // The int32 sums of a Q8_0 register's products with 4 activation bytes: w the signed weights
 // (stored bytes ^ 0x80), magnitude |w|, the sign moved onto the activations (at most 2 * 128 *
