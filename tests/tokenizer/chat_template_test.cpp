@@ -123,6 +123,15 @@ BOOST_AUTO_TEST_CASE(jinja_renders_like_jinja2) {
     BOOST_TEST(raised["feature"] >= 1);
 }
 
+// trim strips what Python's str.strip() strips, by code point; an ill-formed sequence is no
+// character: the overlong C0 9F spells U+001F (a Python space) and stays, as does a stray A0
+// byte, while the well-formed C2 A0 (U+00A0) goes. Found by chat_template_fuzz.
+BOOST_AUTO_TEST_CASE(trim_keeps_ill_formed_bytes) {
+    std::vector<tok::ChatMessage> const messages = {{"user", "  \xc0\x9f\n hi \xa0\xc2\xa0"}};
+    BOOST_TEST(tok::ChatTemplate::gemma().render(messages, false) ==
+               "<start_of_turn>user\n\xc0\x9f\n hi \xa0<end_of_turn>\n");
+}
+
 BOOST_AUTO_TEST_CASE(the_stored_templates_are_the_model_files) {
     // Qwen2.5 and Llama 3.2 instruct templates name their models' special tokens; SmolLM2's is
     // byte for byte what its GGUF stores (tokenizer_model_test checks against the file).

@@ -141,28 +141,16 @@ namespace detail {
 
 // ---------------------------------------------------------------- UTF-8 and Python's str ----
 
-// The code point starting at s[i] and its length in bytes. A byte that does not start a
-// well-formed sequence (a stray continuation byte, a truncated or broken sequence) is a unit of
-// its own, so ill-formed text is measured, sliced and trimmed one byte per such unit.
+// The code point starting at s[i] and its length in bytes, as decode_utf8 (core/unicode.hpp)
+// reads it. A byte that does not start a well-formed sequence (a stray continuation byte, a
+// truncated, overlong or otherwise broken sequence) is a unit of its own, so ill-formed text is
+// measured, sliced and trimmed one byte per such unit, and decodes past U+10FFFF, so that no
+// test (a space?) mistakes it for a character: a stray 0xA0 byte is not U+00A0, nor the
+// overlong C0 9F U+001F.
 inline std::pair<std::uint32_t, std::size_t> decode_at(std::string_view s, std::size_t i) {
-    auto const b = static_cast<unsigned char>(s[i]);
-    std::size_t const len = b < 0x80         ? 1
-                            : (b >> 5) == 6  ? 2
-                            : (b >> 4) == 14 ? 3
-                            : (b >> 3) == 30 ? 4
-                                             : 1;
-    // An ill-formed unit decodes past U+10FFFF, so no test (a space?) mistakes it for a
-    // character: a stray 0xA0 byte is not U+00A0.
-    std::pair<std::uint32_t, std::size_t> const ill_formed{0x110000 + b, 1};
-    if (b < 0x80) return {b, 1};
-    if (len == 1 || i + len > s.size()) return ill_formed;
-    std::uint32_t cp = b & (0x7F >> len);
-    for (std::size_t k = 1; k < len; ++k) {
-        auto const c = static_cast<unsigned char>(s[i + k]);
-        if ((c & 0xC0) != 0x80) return ill_formed;
-        cp = (cp << 6) | (c & 0x3F);
-    }
-    return {cp, len};
+    Utf8Unit const unit = decode_utf8(s, i);
+    if (!unit.valid) return {0x110000 + static_cast<unsigned char>(s[i]), 1};
+    return {unit.code_point, unit.length};
 }
 
 // Where each code point (unit, above) of `s` starts.
