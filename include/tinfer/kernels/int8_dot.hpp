@@ -6,8 +6,12 @@
 // weight block with scale d (and, where it has one, minimum m):
 //   Q4_1 / Q5_1  w = d q + m:                  w . x = d e sum(q x) + m * e sum(x)
 //   Q4_0 / Q5_0  w = d (q - c), c = 8 / 16:    w . x = d e sum(q x) - c d * e sum(x)
-//   Q8_0  w = d q (q in -128..127), stored as unsigned q + 128 (VNNI multiplies unsigned by
-//         signed bytes):                       w . x = d e sum((q + 128) x) - 128 d * e sum(x)
+//   Q8_0  w = d q (q in -128..127):           w . x = d e sum(q x)
+//         Stored as unsigned q + 128 (VNNI multiplies unsigned by signed bytes); VNNI subtracts
+//         128 sum(x) from its integer sums, AVX2 multiplies the signed q itself. Integer sums of
+//         the signed q, not a float offset term as Q4_0's: one multiply-add fewer per block and
+//         token, and on AVX2 no 128 sum(x) to form (a tile of four tokens, Zen 3, one thread:
+//         47 -> 57 GMAC/s; batched decode's LM head is such tiles), the same integer everywhere.
 // K-quants: super-blocks of 256 elements with an f16 scale d (and dmin).
 //   Q4_K / Q5_K  8 sub-blocks of 32 with 6-bit scale s_j and minimum m_j,
 //         w = (d s_j) q - (dmin m_j):         w . x = (d s_j) e sum(q x) - (dmin m_j) * e sum(x)
@@ -112,10 +116,12 @@ struct Int8StripFormat {
     static constexpr std::size_t scales_offset =
         scale_register_offset + scale_registers * register_bytes;
     static constexpr std::size_t block_bytes = scales_offset + scale_arrays * scale_array_bytes;
-    // What Q4_0, Q5_0 and Q8_0 multiply d by for the offset term (Q4_1 and Q5_1 store it).
-    static constexpr float offset_factor = W == DType::q4_0   ? -8.0f
-                                           : W == DType::q5_0 ? -16.0f
-                                                              : -128.0f;
+    // Whether a legacy block adds an offset term m e sum(x) (all but Q8_0, whose sums are of
+    // its signed values), and what Q4_0 and Q5_0 multiply d by for it (Q4_1 and Q5_1 store m).
+    static constexpr bool offset_term = W != DType::q8_0;
+    static constexpr float offset_factor = W == DType::q4_0 ? -8.0f : -16.0f;
+    // The unsigned shift of Q8_0's stored values.
+    static constexpr int q8_shift = 128;
 
     static constexpr std::size_t strip_bytes(int cols) {
         return static_cast<std::size_t>(cols / block_elements) * block_bytes;
@@ -294,16 +300,18 @@ void int8_strip_tile_portable(std::byte const* strip, Extent auto cols, Int8Row 
                             }
                             sum += low * xq[k * lane + i] + high * xq[16 + k * lane + i];
                         } else {
-                            sum += bytes[i] * xq[k * lane + i];
+                            sum += (bytes[i] - Format::q8_shift) * xq[k * lane + i];
                         }
                     }
                 }
                 float const d = strip_scale(scales, r);
-                float const m = Format::stores_minimum
-                                    ? strip_scale(scales + Format::scale_array_bytes, r)
-                                    : d * Format::offset_factor;
                 acc[t][r] = std::fma(static_cast<float>(sum), d * x[t].scale[b], acc[t][r]);
-                acc[t][r] = std::fma(m, x[t].sum[b], acc[t][r]);
+                if constexpr (Format::offset_term) {
+                    float const m = Format::stores_minimum
+                                        ? strip_scale(scales + Format::scale_array_bytes, r)
+                                        : d * Format::offset_factor;
+                    acc[t][r] = std::fma(m, x[t].sum[b], acc[t][r]);
+                }
             }
         }
     }
@@ -468,6 +476,14 @@ inline __m512i four_512(std::int8_t const* xq) {
     return _mm512_set1_epi32(v);
 }
 
+// Q8_0 on VNNI: -128 sum(x) of an activation block in every lane, where its products with the
+// stored q + 128 start, so that they end as the signed q's.
+inline __m512i q8_unshift_512(std::int8_t const* xq) {
+    int halves[2];
+    sums_of_16_sse(xq, halves);
+    return _mm512_set1_epi32(-Int8StripFormat<DType::q8_0>::q8_shift * (halves[0] + halves[1]));
+}
+
 template <DType W, int T>
 void int8_strip_tile_avx512(std::byte const* strip, Extent auto cols, Int8Row const (&x)[T],
                             float (&out)[T][int8_strip_rows]) {
@@ -501,15 +517,16 @@ void int8_strip_tile_avx512(std::byte const* strip, Extent auto cols, Int8Row co
         }
         std::byte const* scales = p + Format::scales_offset;
         __m512 const d = load_halves_512(scales);
-        __m512 m;
+        __m512 m = _mm512_setzero_ps();
         if constexpr (Format::stores_minimum) {
             m = load_halves_512(scales + Format::scale_array_bytes);
-        } else {
+        } else if constexpr (Format::offset_term) {
             m = _mm512_mul_ps(d, _mm512_set1_ps(Format::offset_factor));
         }
         for (int t = 0; t < T; ++t) {
             std::int8_t const* xq = x[t].q + b * int8_block_elements;
             __m512i sums = _mm512_setzero_si512();
+            if constexpr (!Format::nibbles) sums = q8_unshift_512(xq);
             for (int k = 0; k < K; ++k) {
                 sums = _mm512_dpbusd_epi32(sums, low[k], four_512(xq + Format::lane_bytes * k));
                 if constexpr (Format::nibbles)
@@ -518,7 +535,8 @@ void int8_strip_tile_avx512(std::byte const* strip, Extent auto cols, Int8Row co
             }
             __m512 const scale = _mm512_mul_ps(d, _mm512_set1_ps(x[t].scale[b]));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, acc[t]);
-            acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(x[t].sum[b]), acc[t]);
+            if constexpr (Format::offset_term)
+                acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(x[t].sum[b]), acc[t]);
         }
     }
     for (int t = 0; t < T; ++t) _mm512_storeu_ps(out[t], acc[t]);
@@ -700,15 +718,6 @@ inline void legacy_values_256(__m256i bytes, __m256i qh, int k, __m256i& low, __
         high = _mm256_or_si256(high, _mm256_and_si256(shift_right_16(qh, k), fifth));
     }
 }
-// Q8_0's shift term 128 sum(x) of an activation block, in every lane, as an integer.
-inline __m256i q8_shift_term_256(std::int8_t const* xq) {
-    __m256i const x_bytes = _mm256_loadu_si256(reinterpret_cast<__m256i const*>(xq));
-    // vpmaddubsw takes 0x80 as the unsigned 128: pairs 128 (x_i + x_i+1), then their total.
-    __m256i const x_pairs =
-        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(static_cast<char>(0x80)), x_bytes),
-                          _mm256_set1_epi16(1));
-    return _mm256_broadcastd_epi32(sum_epi32_lanes_256(x_pairs));
-}
 // The int32 sums of a Q8_0 register's products with 4 activation bytes: w the signed weights
 // (stored bytes ^ 0x80), magnitude |w|, the sign moved onto the activations (at most 2 * 128 *
 // 127 in a 16-bit lane, widened at once).
@@ -717,19 +726,20 @@ inline __m256i q8_products_256(__m256i w, __m256i magnitude, __m256i xs) {
                              _mm256_set1_epi16(1));
 }
 // A legacy block's sums into one half's float sums: d e sum(q x), then m e sum(x) (m the stored
-// minimum, or d times the format's offset factor).
+// minimum, or d times the format's offset factor; none for Q8_0).
 template <class Format>
 inline __m256 add_legacy_block_256(__m256 acc, __m256i sums, std::byte const* scales, int h,
                                    float x_scale, float x_sum) {
     __m256 const d = load_halves_256(scales + 16 * h);
+    __m256 const scale = _mm256_mul_ps(d, _mm256_set1_ps(x_scale));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc);
+    if constexpr (!Format::offset_term) return acc;
     __m256 m;
     if constexpr (Format::stores_minimum) {
         m = load_halves_256(scales + Format::scale_array_bytes + 16 * h);
     } else {
         m = _mm256_mul_ps(d, _mm256_set1_ps(Format::offset_factor));
     }
-    __m256 const scale = _mm256_mul_ps(d, _mm256_set1_ps(x_scale));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc);
     return _mm256_fmadd_ps(m, _mm256_set1_ps(x_sum), acc);
 }
 
@@ -739,8 +749,8 @@ inline __m256 add_legacy_block_256(__m256 acc, __m256i sums, std::byte const* sc
 // activations in -127..127 a vpmaddubsw lane is at most 2 * 127 q_max, and up to 8 of them
 // (4-bit weights: 30480), 4 (5-bit: 31496) or 2 (6-bit: 32004) are added in 16 bits. Q8_0's
 // signed weights go through the sign trick (|w| times x with w's sign, at most 2 * 128 * 127
-// per 16-bit lane) and are widened at once, and the +128 shift's 128 sum(x) is added as an
-// integer, so the int32 sums are exactly the VNNI ones.
+// per 16-bit lane) and are widened at once: sums of the signed q, as VNNI's once it has
+// subtracted 128 sum(x).
 //
 // One token (decode) goes through int8_strip_row_avx2 below instead: the same sums and float
 // operations, in an order that keeps every value in the 16 registers.
@@ -766,12 +776,6 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
     for (int b = 0; b < blocks; ++b) {
         std::byte const* p = strip + static_cast<std::size_t>(b) * Format::block_bytes;
         std::byte const* scales = p + Format::scales_offset;
-        // Q8_0's shift term 128 sum(x) per token, the same for both halves.
-        __m256i shift_terms[T];
-        if constexpr (!Format::nibbles) {
-            for (int t = 0; t < T; ++t)
-                shift_terms[t] = q8_shift_term_256(x[t].q + b * int8_block_elements);
-        }
         for (int h = 0; h < halves; ++h) {
             // The tokens' activation blocks, read again for each half: GCC 12 otherwise loaded
             // every broadcast once for both halves and kept them on the stack (four tokens, GMAC/s
@@ -824,7 +828,7 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
                         sums = _mm256_madd_epi16(_mm256_add_epi16(pairs_low, pairs_high), ones);
                     }
                 } else {
-                    sums = _mm256_add_epi32(q8_sums[t], shift_terms[t]);
+                    sums = q8_sums[t];
                 }
                 acc[t][h] = add_legacy_block_256<Format>(acc[t][h], sums, scales, h, x[t].scale[b],
                                                          x[t].sum[b]);
@@ -904,8 +908,8 @@ void int8_strip_row_avx2(std::byte const* strip, Extent auto cols, Int8Row const
                 }
             }
         } else {
-            // Q8_0: the tile's sign trick, and the +128 shift's 128 sum(x) added as an integer.
-            sums[0] = sums[1] = q8_shift_term_256(xq);
+            // Q8_0: the tile's sign trick.
+            sums[0] = sums[1] = _mm256_setzero_si256();
             for (int k = 0; k < K; ++k) {
                 __m256i const xs = four_256(xq + 4 * k);
                 for (int h = 0; h < halves; ++h) {

@@ -16,9 +16,9 @@
 //   values  8 registers of 16 rows x 4 bytes: lane r of register k = row r's values of
 //           elements 4k .. 4k+3, unsigned (Q4: 0..15, Q5: 0..31, Q8_0: q + 128, Q6_K: 0..63)
 //   scale   16 floats: d (legacy formats, Q6_K), d s_j (Q4_K, Q5_K)
-//   offset  16 floats, what multiplies e sum(x): m (Q4_1, Q5_1), c d (Q4_0, Q5_0, Q8_0),
-//           -(dmin m_j) (Q4_K, Q5_K); Q6_K instead: its two sub-blocks' int8 scales c_0, c_1,
-//           16 int32 each
+//   offset  16 floats, what multiplies e sum(x): m (Q4_1, Q5_1), c d (Q4_0, Q5_0),
+//           -(dmin m_j) (Q4_K, Q5_K), unused by Q8_0 (its sums start at -128 sum(x)); Q6_K
+//           instead: its two sub-blocks' int8 scales c_0, c_1, 16 int32 each
 // The factors are the ones the strip kernels compute (the same float products of the same
 // values), and the products do the strip kernels' float operations in their order (a negated
 // minimum in a fused multiply-add is their fused negative multiply-add, exactly), so a panel's
@@ -220,10 +220,11 @@ void decode_int8_panel_avx512(std::byte const* strip, int cols, std::byte* panel
             std::byte const* scales = p + Format::scales_offset;
             __m512 const d = load_halves_512(scales);
             store_512(out + Panel::scale_offset, d);
-            store_512(out + Panel::factors_offset,
-                      Format::stores_minimum
-                          ? load_halves_512(scales + Format::scale_array_bytes)
-                          : _mm512_mul_ps(d, _mm512_set1_ps(Format::offset_factor)));
+            if constexpr (Format::offset_term)
+                store_512(out + Panel::factors_offset,
+                          Format::stores_minimum
+                              ? load_halves_512(scales + Format::scale_array_bytes)
+                              : _mm512_mul_ps(d, _mm512_set1_ps(Format::offset_factor)));
         }
     }
 }
@@ -261,15 +262,17 @@ void int8_panel_tile_avx512(std::byte const* panel, int b0, int b1, Int8Row cons
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), token_scale, acc[t]);
             } else {
                 __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+                if constexpr (W == DType::q8_0) s0 = q8_unshift_512(xq);
                 for (int k = 0; k < 8; k += 2) {
                     s0 = _mm512_dpbusd_epi32(s0, w[k], four_512(xq + 4 * k));
                     s1 = _mm512_dpbusd_epi32(s1, w[k + 1], four_512(xq + 4 * k + 4));
                 }
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), token_scale,
                                          acc[t]);
-                acc[t] = _mm512_fmadd_ps(
-                    _mm512_loadu_ps(reinterpret_cast<float const*>(p + Panel::factors_offset)),
-                    _mm512_set1_ps(x[t].sum[b]), acc[t]);
+                if constexpr (W != DType::q8_0)
+                    acc[t] = _mm512_fmadd_ps(
+                        _mm512_loadu_ps(reinterpret_cast<float const*>(p + Panel::factors_offset)),
+                        _mm512_set1_ps(x[t].sum[b]), acc[t]);
             }
         }
     }
