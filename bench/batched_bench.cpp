@@ -6,6 +6,8 @@
 //   each with its logits); S_TG = B * TG / T_TG; T = T_PP + T_TG; S = N_KV / T.
 // No sampling, as llama-batched-bench: each step feeds the same token. Int8 activations (as
 // llama.cpp quantizes activations for its quantized matrix products) unless --precision f32.
+// K and V cached as fp16 (llama.cpp's default -ctk f16 -ctv f16: the same bytes a decode step's
+// attention reads) in a paged cache, or as fp32 in the contiguous one with --kv fp32.
 #include <algorithm>
 #include <cstdio>
 #include <random>
@@ -18,7 +20,9 @@
 
 #include <tinfer/gguf/gguf.hpp>
 #include <tinfer/kernels/isa.hpp>
+#include <tinfer/kv/codec.hpp>
 #include <tinfer/kv/contiguous_cache.hpp>
+#include <tinfer/kv/paged_cache.hpp>
 #include <tinfer/model/llama.hpp>
 #include <tinfer/model/shipped_presets.hpp>
 
@@ -34,11 +38,41 @@ struct Options {
     std::vector<int> sequences{1, 2, 4, 8, 16, 32};  // -npl
     int ubatch = 512;
     std::string precision = "int8";
+    std::string kv = "fp16";
 };
 
 inline constexpr int warm_up_tokens = 16;
 
-template <tinfer::ModelConfig Cfg, class Precision>
+// The B sequences' caches: `restart(s, tokens)` empties sequence s with room for `tokens`
+// positions, `slot(s)` is its slot for SequenceChunk.
+template <tinfer::ModelConfig Cfg>
+struct ContiguousSlots {
+    static std::string describe() { return "fp32, contiguous"; }
+    tinfer::kv::ContiguousKvCache<Cfg> cache;
+    ContiguousSlots(int sequences, int tokens) : cache(sequences, tokens) {}
+    void restart(int s, int /*tokens*/) { cache.clear(s); }
+    int slot(int s) const { return s; }
+};
+template <tinfer::ModelConfig Cfg, class Codec>
+struct PagedSlots {
+    static std::string describe() { return std::string(Codec::name) + ", paged in blocks of 16"; }
+    using Cache = tinfer::kv::PagedKvCache<Cfg, 16, Codec, Codec>;
+    Cache cache;
+    std::vector<int> sequences;
+    PagedSlots(int count, int tokens)
+        : cache(Cache::bytes_per_block * static_cast<std::size_t>(Cache::blocks_for(tokens)) *
+                static_cast<std::size_t>(count)),
+          sequences(static_cast<std::size_t>(count), -1) {}
+    void restart(int s, int tokens) {
+        int& seq = sequences[static_cast<std::size_t>(s)];
+        if (seq >= 0) cache.release(seq);
+        seq = cache.admit(tokens);
+        if (!cache.reserve(seq, tokens)) throw tinfer::Error("batched_bench: KV pool full");
+    }
+    int slot(int s) const { return sequences[static_cast<std::size_t>(s)]; }
+};
+
+template <tinfer::ModelConfig Cfg, class Precision, class Slots>
 void run(Options const& options, tinfer::gguf::File const& file) {
     using namespace tinfer;
     auto const model = model::Llama<Cfg>::bind(file);
@@ -49,14 +83,17 @@ void run(Options const& options, tinfer::gguf::File const& file) {
         *std::max_element(options.generated_tokens.begin(), options.generated_tokens.end());
     int const rows = std::max(options.ubatch, most_sequences);
     std::vector<float> logits(static_cast<std::size_t>(rows) * Cfg.vocab);
-    kv::ContiguousKvCache<Cfg> cache(most_sequences, std::max(longest, warm_up_tokens));
+    int const room = std::max(longest, warm_up_tokens);
+    Slots slots(most_sequences, room);
+    auto& cache = slots.cache;
     std::mt19937 rng(42);
     std::uniform_int_distribution<std::int32_t> token(0, Cfg.vocab - 1);
 
     for (int const threads : options.threads) {
         typename model::Llama<Cfg>::Workspace ws(rows, threads);
-        std::printf("\nthreads %d, ubatch %d, %s activations, CPU kernels %s\n\n", threads,
-                    options.ubatch, Precision::name, kernels::describe_isa().c_str());
+        std::printf("\nthreads %d, ubatch %d, %s activations, KV %s, CPU kernels %s\n\n", threads,
+                    options.ubatch, Precision::name, Slots::describe().c_str(),
+                    kernels::describe_isa().c_str());
         std::printf("| %6s | %6s | %4s | %6s | %8s | %8s | %8s | %8s | %8s | %8s |\n", "PP", "TG",
                     "B", "N_KV", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "T s", "S t/s");
         std::printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n",
@@ -65,14 +102,14 @@ void run(Options const& options, tinfer::gguf::File const& file) {
         // A warm-up pass (llama-batched-bench makes one too): page faults, the int8 repack.
         {
             std::vector<std::int32_t> warm(warm_up_tokens, 1);
-            cache.clear(0);
-            SequenceChunk const chunk{.slot = 0, .first_position = 0, .tokens = warm};
+            slots.restart(0, room);
+            SequenceChunk const chunk{.slot = slots.slot(0), .first_position = 0, .tokens = warm};
             model.template forward<Precision>(std::span(&chunk, 1), cache, ws, logits);
         }
         for (int const pp : options.prompt_tokens) {
             for (int const tg : options.generated_tokens) {
                 for (int const b : options.sequences) {
-                    for (int s = 0; s < b; ++s) cache.clear(s);
+                    for (int s = 0; s < b; ++s) slots.restart(s, room);
                     std::vector<std::vector<std::int32_t>> prompts(static_cast<std::size_t>(b));
                     for (auto& p : prompts) {
                         p.resize(static_cast<std::size_t>(pp));
@@ -89,7 +126,7 @@ void run(Options const& options, tinfer::gguf::File const& file) {
                             while (room > 0 && sequence < b) {
                                 int const take = std::min(room, pp - done);
                                 chunks.push_back(
-                                    {.slot = sequence,
+                                    {.slot = slots.slot(sequence),
                                      .first_position = done,
                                      .tokens = std::span(prompts[sequence]).subspan(done, take)});
                                 room -= take;
@@ -108,7 +145,7 @@ void run(Options const& options, tinfer::gguf::File const& file) {
                     double const t_tg = bench::median_seconds(1, [&] {
                         for (int i = 0; i < tg; ++i) {
                             for (int s = 0; s < b; ++s)
-                                chunks[s] = {.slot = s,
+                                chunks[s] = {.slot = slots.slot(s),
                                              .first_position = pp + i,
                                              .tokens = std::span(&next[s], 1)};
                             model.template forward<Precision>(chunks, cache, ws, logits);
@@ -156,15 +193,25 @@ int main(int argc, char** argv) {
     app.add_option("--precision", options.precision, "Activations: int8 or f32")
         ->check(CLI::IsMember({"int8", "f32"}))
         ->capture_default_str();
+    app.add_option("--kv", options.kv, "K and V cached as fp16 (llama.cpp's default) or fp32")
+        ->check(CLI::IsMember({"fp16", "fp32"}))
+        ->capture_default_str();
     CLI11_PARSE(app, argc, argv);
     try {
         auto const file = tinfer::gguf::File::open(options.model);
         std::printf("model %s, %.1f MB\n", options.model.c_str(), file.bytes().size() / 1e6);
         tinfer::model::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
+            auto const with_kv = [&]<class Precision>() {
+                if (options.kv == "fp16") {
+                    run<Cfg, Precision, PagedSlots<Cfg, tinfer::kv::Fp16Codec>>(options, file);
+                } else {
+                    run<Cfg, Precision, ContiguousSlots<Cfg>>(options, file);
+                }
+            };
             if (options.precision == "int8") {
-                run<Cfg, tinfer::kernels::Int8Activations>(options, file);
+                with_kv.template operator()<tinfer::kernels::Int8Activations>();
             } else {
-                run<Cfg, tinfer::kernels::Float32Activations>(options, file);
+                with_kv.template operator()<tinfer::kernels::Float32Activations>();
             }
         });
     } catch (std::exception const& e) {
