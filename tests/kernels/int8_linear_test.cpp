@@ -63,18 +63,18 @@ QuantizedRows quantize(std::vector<float> const& x, int tokens, int cols) {
 }
 
 // The offset c_b each activation block's sum is multiplied by (see int8_dot.hpp: Q4_0's 8d,
-// Q5_0's 16d, Q8_0's 128d, the stored minimum of Q4_1 / Q5_1, a Q4_K / Q5_K sub-block's
-// dmin m_j; Q6_K folds its offset in integers), read from the GGUF block of `row` that holds
-// activation block b. The float terms the integer path rounds are then bounded by
-// sum |w_k x_k| + 2 |c_b| sum |x_k| per block (the integer product d sum(q x) is the exact
-// product minus the offset term).
+// Q5_0's 16d, the stored minimum of Q4_1 / Q5_1, a Q4_K / Q5_K sub-block's dmin m_j; none for
+// Q8_0, whose integer sums are of its signed values, and Q6_K, which folds its offset in
+// integers), read from the GGUF block of `row` that holds activation block b. The float terms
+// the integer path rounds are then bounded by sum |w_k x_k| + 2 |c_b| sum |x_k| per block (the
+// integer product d sum(q x) is the exact product minus the offset term).
 template <DType T>
 double offset_magnitude(std::byte const* row, int b) {
     constexpr int elements = k::block_elements<T>();
     std::byte const* block =
         row + static_cast<std::size_t>(b * 32 / elements) * k::block_bytes<T>();
     double const first = tt::f16_value(block), second = tt::f16_value(block + 2);
-    if constexpr (T == DType::q8_0) return 128 * std::abs(first);
+    if constexpr (T == DType::q8_0) return 0;
     if constexpr (T == DType::q4_0) return 8 * std::abs(first);
     if constexpr (T == DType::q5_0) return 16 * std::abs(first);
     if constexpr (T == DType::q4_1 || T == DType::q5_1) return std::abs(second);
