@@ -262,7 +262,7 @@ void int8_panel_tile_avx512(std::byte const* panel, int b0, int b1, Int8Row cons
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), token_scale, acc[t]);
             } else {
                 __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-                if constexpr (!Int8StripFormat<W>::offset_term) s0 = q8_unshift_512(xq);
+                if constexpr (!Int8StripFormat<W>::nibbles) s0 = q8_unshift_512(xq);
                 for (int k = 0; k < 8; k += 2) {
                     s0 = _mm512_dpbusd_epi32(s0, w[k], four_512(xq + 4 * k));
                     s1 = _mm512_dpbusd_epi32(s1, w[k + 1], four_512(xq + 4 * k + 4));
