@@ -776,44 +776,71 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
     for (int b = 0; b < blocks; ++b) {
         std::byte const* p = strip + static_cast<std::size_t>(b) * Format::block_bytes;
         std::byte const* scales = p + Format::scales_offset;
-        for (int h = 0; h < halves; ++h) {
-            // The tokens' activation blocks, read again for each half: GCC 12 otherwise loaded
-            // every broadcast once for both halves and kept them on the stack (four tokens, GMAC/s
-            // from cache on the Zen 3: Q8_0 43 -> 47, Q4_1 70 -> 73; Q5_0 56 -> 50, so not there).
-            std::int8_t const* xb[T];
-            for (int t = 0; t < T; ++t) {
-                xb[t] = x[t].q + b * int8_block_elements;
-                if constexpr (!Format::high_bits) xb[t] = read_again(xb[t]);
-            }
-            // Q8_0: each register's signed weights and their magnitudes once for the tile's
-            // tokens, each token's products widened at once (up to 2 * 128 * 127 in 16 bits).
-            __m256i q8_sums[T];
-            if constexpr (!Format::nibbles) {
-                for (int t = 0; t < T; ++t) q8_sums[t] = _mm256_setzero_si256();
-                for (int k = 0; k < K; ++k) {
-                    __m256i const w = _mm256_xor_si256(  // signed q
-                        load_256(p + k * Format::register_bytes + 32 * h), shift);
-                    __m256i const magnitude = _mm256_abs_epi8(w);
-                    for (int t = 0; t < T; ++t) {
-                        __m256i const xs = four_256(xb[t] + 4 * k);
-                        q8_sums[t] =
-                            _mm256_add_epi32(q8_sums[t], q8_products_256(w, magnitude, xs));
-                        keep_chain(q8_sums[t]);
+        if constexpr (!Format::nibbles) {
+            // Q8_0: both halves of a register at once, so that each activation broadcast serves
+            // the strip's 16 rows, each half's signed weights and magnitudes its tile's tokens
+            // (half by half, GMAC/s from cache on the Zen 3, one thread, 640 columns: 4 tokens
+            // 55.4-55.8 -> 57.9-58.4, 16 tokens 56.8-57.4 -> 59.5-60.0; GCC 12 keeps the 2T
+            // sums and four weight registers in AVX2's 16 without spilling at T = 4).
+            __m256i q8_sums[T][halves];
+            for (int t = 0; t < T; ++t)
+                for (int h = 0; h < halves; ++h) q8_sums[t][h] = _mm256_setzero_si256();
+            for (int k = 0; k < K; ++k) {
+                __m256i w[halves], magnitude[halves];
+                for (int h = 0; h < halves; ++h) {
+                    w[h] = _mm256_xor_si256(load_256(p + k * Format::register_bytes + 32 * h),
+                                            shift);  // signed q
+                    magnitude[h] = _mm256_abs_epi8(w[h]);
+                }
+                for (int t = 0; t < T; ++t) {
+                    __m256i const xs = four_256(x[t].q + b * int8_block_elements + 4 * k);
+                    for (int h = 0; h < halves; ++h) {
+                        q8_sums[t][h] = _mm256_add_epi32(q8_sums[t][h],
+                                                         q8_products_256(w[h], magnitude[h], xs));
+                        keep_chain(q8_sums[t][h]);
                     }
                 }
             }
-            for (int t = 0; t < T; ++t) {
-                std::int8_t const* xq = xb[t];
-                __m256i sums;
-                if constexpr (Format::nibbles) {
+            for (int t = 0; t < T; ++t)
+                for (int h = 0; h < halves; ++h)
+                    acc[t][h] = add_legacy_block_256<Format>(acc[t][h], q8_sums[t][h], scales, h,
+                                                             x[t].scale[b], x[t].sum[b]);
+        } else {
+            for (int h = 0; h < halves; ++h) {
+                // The tokens' activation blocks, read again for each half: GCC 12 otherwise loaded
+                // every broadcast once for both halves and kept them on the stack (four tokens,
+                // GMAC/s from cache on the Zen 3: Q4_1 70 -> 73; Q5_0 56 -> 50, so not there).
+                std::int8_t const* xb[T];
+                for (int t = 0; t < T; ++t) {
+                    xb[t] = x[t].q + b * int8_block_elements;
+                    if constexpr (!Format::high_bits) xb[t] = read_again(xb[t]);
+                }
+                // Q5_0 / Q5_1 tiles of four: the half's 5-bit values assembled once for the four
+                // tokens, not per token (Zen 3, one thread, 640 columns: 54.5 -> 60.6 GMAC/s; for
+                // two or three tokens 3% slower, so those assemble per token).
+                constexpr bool buffered = Format::high_bits && T >= 4;
+                __m256i decoded[buffered ? K : 1][2];
+                if constexpr (buffered) {
+                    __m256i const qh = load_256(p + Format::high_offset + 32 * h);
+                    for (int k = 0; k < K; ++k)
+                        legacy_values_256<Format>(load_256(p + k * Format::register_bytes + 32 * h),
+                                                  qh, k, decoded[k][0], decoded[k][1]);
+                }
+                for (int t = 0; t < T; ++t) {
+                    std::int8_t const* xq = xb[t];
                     __m256i pairs_low = _mm256_setzero_si256(), pairs_high = pairs_low;
                     for (int k = 0; k < K; ++k) {
                         __m256i low, high;
-                        legacy_values_256<Format>(  // qh unread without fifth bits
-                            load_256(p + k * Format::register_bytes + 32 * h),
-                            Format::high_bits ? load_256(p + Format::high_offset + 32 * h)
-                                              : _mm256_setzero_si256(),
-                            k, low, high);
+                        if constexpr (buffered) {
+                            low = decoded[k][0];
+                            high = decoded[k][1];
+                        } else {
+                            legacy_values_256<Format>(  // qh unread without fifth bits
+                                load_256(p + k * Format::register_bytes + 32 * h),
+                                Format::high_bits ? load_256(p + Format::high_offset + 32 * h)
+                                                  : _mm256_setzero_si256(),
+                                k, low, high);
+                        }
                         pairs_low = _mm256_add_epi16(
                             pairs_low, _mm256_maddubs_epi16(low, four_256(xq + 4 * k)));
                         pairs_high = _mm256_add_epi16(
@@ -821,17 +848,16 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
                         keep_chain(pairs_low);
                         keep_chain(pairs_high);
                     }
+                    __m256i sums;
                     if constexpr (Format::high_bits) {  // 4 terms each: widen separately
                         sums = _mm256_add_epi32(_mm256_madd_epi16(pairs_low, ones),
                                                 _mm256_madd_epi16(pairs_high, ones));
                     } else {
                         sums = _mm256_madd_epi16(_mm256_add_epi16(pairs_low, pairs_high), ones);
                     }
-                } else {
-                    sums = q8_sums[t];
+                    acc[t][h] = add_legacy_block_256<Format>(acc[t][h], sums, scales, h,
+                                                             x[t].scale[b], x[t].sum[b]);
                 }
-                acc[t][h] = add_legacy_block_256<Format>(acc[t][h], sums, scales, h, x[t].scale[b],
-                                                         x[t].sum[b]);
             }
         }
     }
