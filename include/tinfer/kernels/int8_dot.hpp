@@ -1257,9 +1257,9 @@ inline void int8_strip_row_q6_k_avx2(std::byte const* strip, Extent auto cols, I
 // Q6_K: each ql register (16 g + k, 16 g + 8 + k) and qh register (8 g + k) is loaded once and
 // gives the 6-bit values of all four activation blocks of half g (elements 4k.. of each), which
 // are stored to a 1 KiB buffer that every token of the tile reads (a register per block and
-// sub-block would need more than AVX2's 16). vpmaddubsw sums (at most 2 * 63 * 127) are widened
-// at once into one int32 sum per block and sub-block, started at -32 sum(x) of its 16
-// activations.
+// sub-block would need more than AVX2's 16). vpmaddubsw sums (at most 2 * 63 * 127) are added
+// two at a time in 16 bits (32004), then widened into one int32 sum per block and sub-block,
+// started at -32 sum(x) of its 16 activations.
 template <int T>
 void int8_strip_tile_q6_k_avx2(std::byte const* strip, Extent auto cols, Int8Row const (&x)[T],
                                float (&out)[T][int8_strip_rows]) {
@@ -1312,11 +1312,12 @@ void int8_strip_tile_q6_k_avx2(std::byte const* strip, Extent auto cols, Int8Row
                         __m256i total = _mm256_setzero_si256();
                         for (int s = 0; s < 2; ++s) {
                             __m256i sum = _mm256_set1_epi32(-32 * x_sums[t][m][s]);
-                            for (int k = 4 * s; k < 4 * s + 4; ++k) {
-                                sum = _mm256_add_epi32(
-                                    sum, _mm256_madd_epi16(_mm256_maddubs_epi16(
-                                                               decoded[m][k], four_256(xq + 4 * k)),
-                                                           ones));
+                            for (int k = 4 * s; k < 4 * s + 4; k += 2) {
+                                __m256i const pairs = _mm256_add_epi16(
+                                    _mm256_maddubs_epi16(decoded[m][k], four_256(xq + 4 * k)),
+                                    _mm256_maddubs_epi16(decoded[m][k + 1],
+                                                         four_256(xq + 4 * k + 4)));
+                                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, ones));
                             }
                             total = _mm256_add_epi32(total, _mm256_mullo_epi32(sum, c[s]));
                         }
