@@ -447,21 +447,27 @@ BOOST_AUTO_TEST_CASE(the_isa_request_caps_the_choice) {
 }
 
 BOOST_AUTO_TEST_CASE(portable_is_bitwise_native) {
-    // Full and partial strips (rows % 16), decode and prefill tiles (of 4, then 1, 2 or 3).
+    // Full and partial strips (rows % 16), decode and prefill tiles: of 16 and 8 where the
+    // format takes them (27 tokens), of 4, then 1, 2 or 3.
     for (auto const& [rows, cols, tokens] : {std::tuple{576, 576, 5},
                                              {37, 96, 9},
                                              {6, 160, 1},
                                              {3, 32, 4},
                                              {19, 224, 7},
-                                             {21, 64, 6}}) {
+                                             {21, 64, 6},
+                                             {21, 64, 27}}) {
         check_portable_equals_native<DType::q4_0>(1600 + rows, rows, cols, tokens);
         check_portable_equals_native<DType::q4_1>(1700 + rows, rows, cols, tokens);
         check_portable_equals_native<DType::q8_0>(1800 + rows, rows, cols, tokens);
         check_portable_equals_native<DType::q5_0>(2600 + rows, rows, cols, tokens);
         check_portable_equals_native<DType::q5_1>(2700 + rows, rows, cols, tokens);
     }
-    for (auto const& [rows, cols, tokens] :
-         {std::tuple{160, 1024, 5}, {37, 256, 9}, {6, 512, 1}, {19, 768, 7}, {21, 256, 6}}) {
+    for (auto const& [rows, cols, tokens] : {std::tuple{160, 1024, 5},
+                                             {37, 256, 9},
+                                             {6, 512, 1},
+                                             {19, 768, 7},
+                                             {21, 256, 6},
+                                             {21, 256, 27}}) {
         check_portable_equals_native<DType::q4_k>(2800 + rows, rows, cols, tokens);
         check_portable_equals_native<DType::q5_k>(3000 + rows, rows, cols, tokens);
         check_portable_equals_native<DType::q6_k>(2900 + rows, rows, cols, tokens);

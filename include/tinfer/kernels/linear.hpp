@@ -202,8 +202,22 @@ inline void combine_strip_outputs(float* __restrict row, float const (&g)[int8_s
     });
 }
 
+// Tokens per register tile, first tiles of this many and then of half as many, where the AVX2
+// strip kernels unpack a block once per tile for all its tokens (the fifth bits of Q5_0 and
+// Q5_1, K-quant scales and minima, Q6_K's six-bit values): more tokens share each unpacking.
+// bench/int8_linear_bench, one thread, 2048 columns, 16 tokens, GMAC/s on the Zen 3, tiles of
+// 4 / 8 / 16: Q5_0 57-59 / 65-66 / 70-71, Q5_K 41 / 49 / 55-59, Q4_K 50-55 / 61-62 / 68,
+// Q6_K 28-31 / 40-45 / 44-45. Q4_0 and Q4_1 (a mask per register) gained nothing at 16 and
+// Q8_0 lost (60.8 -> 52.4: its 2T sums leave the registers), so they keep four.
+template <DType W, Isa isa>
+constexpr int int8_wide_token_tile() {
+    constexpr bool unpacks = W == DType::q5_0 || W == DType::q5_1 || W == DType::q4_k ||
+                             W == DType::q5_k || W == DType::q6_k;
+    return isa == Isa::avx2 && unpacks ? 4 * linear_token_tile : linear_token_tile;
+}
+
 // Strip `strip` of an int8-strip matrix times tokens [first, last): emit(t0, out[T][16]) per
-// tile of linear_token_tile tokens, then per token.
+// tile of tokens (int8_wide_token_tile, then linear_token_tile, then the 1-3 left).
 template <DType W, Isa isa, Extent Cols, class Emit>
 inline void int8_strip_products(Cols cols, WeightMatrix const& w, int strip, Int8Rows x, int first,
                                 int last, Emit&& emit) {
@@ -216,10 +230,17 @@ inline void int8_strip_products(Cols cols, WeightMatrix const& w, int strip, Int
         int8_strip_tile<W, T, isa>(p, cols, rows, out);
         emit(t0, out);
     };
+    // Wider tiles first where they pay (int8_wide_token_tile), then tiles of four.
+    int start = first;
+    if constexpr (constexpr int wide = int8_wide_token_tile<W, isa>(); wide > linear_token_tile) {
+        for (; start + wide <= last; start += wide) tile.template operator()<wide>(start);
+        for (; start + wide / 2 <= last; start += wide / 2)
+            tile.template operator()<wide / 2>(start);
+    }
     // The 1-3 left over in one tile, so that each strip's weights are unpacked once for them
     // (two or three decoding sequences, a speculative verify step); the outputs are the same
     // bits whatever the tile (kernels/int8_dot.hpp).
-    for_each_tile<linear_token_tile>(first, last, tile);
+    for_each_tile<linear_token_tile>(start, last, tile);
 }
 
 // Shares the strips of an int8-strip matrix over the enclosing team, chunk by chunk of tokens:
