@@ -805,6 +805,42 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
                 for (int h = 0; h < halves; ++h)
                     acc[t][h] = add_legacy_block_256<Format>(acc[t][h], q8_sums[t][h], scales, h,
                                                              x[t].scale[b], x[t].sum[b]);
+        } else if constexpr (Format::high_bits && T >= 4) {
+            // Q5_0 / Q5_1 tiles of four or more: both halves' 5-bit values assembled once for
+            // the tile's tokens (per token they were most of its operations), then each
+            // activation broadcast serves the strip's 16 rows. GMAC/s from cache on the Zen 3,
+            // one thread: per token half by half 50-55 at four tokens; assembled once per half
+            // 57-60 at four, 60-66 at sixteen (2048 columns); both halves per broadcast 70-77
+            // at sixteen. Two or three tokens assemble per token (buffered: 3% slower).
+            __m256i decoded[halves][K][2];
+            for (int h = 0; h < halves; ++h) {
+                __m256i const qh = load_256(p + Format::high_offset + 32 * h);
+                for (int k = 0; k < K; ++k)
+                    legacy_values_256<Format>(load_256(p + k * Format::register_bytes + 32 * h), qh,
+                                              k, decoded[h][k][0], decoded[h][k][1]);
+            }
+            for (int t = 0; t < T; ++t) {
+                std::int8_t const* xq = x[t].q + b * int8_block_elements;
+                __m256i pairs[halves][2];
+                for (int h = 0; h < halves; ++h) pairs[h][0] = pairs[h][1] = _mm256_setzero_si256();
+                for (int k = 0; k < K; ++k) {
+                    __m256i const x_low = four_256(xq + 4 * k), x_high = four_256(xq + 16 + 4 * k);
+                    for (int h = 0; h < halves; ++h) {
+                        pairs[h][0] = _mm256_add_epi16(
+                            pairs[h][0], _mm256_maddubs_epi16(decoded[h][k][0], x_low));
+                        pairs[h][1] = _mm256_add_epi16(
+                            pairs[h][1], _mm256_maddubs_epi16(decoded[h][k][1], x_high));
+                        keep_chain(pairs[h][0]);
+                        keep_chain(pairs[h][1]);
+                    }
+                }
+                for (int h = 0; h < halves; ++h) {
+                    __m256i const sums = _mm256_add_epi32(_mm256_madd_epi16(pairs[h][0], ones),
+                                                          _mm256_madd_epi16(pairs[h][1], ones));
+                    acc[t][h] = add_legacy_block_256<Format>(acc[t][h], sums, scales, h,
+                                                             x[t].scale[b], x[t].sum[b]);
+                }
+            }
         } else {
             for (int h = 0; h < halves; ++h) {
                 // The tokens' activation blocks, read again for each half: GCC 12 otherwise loaded
@@ -815,32 +851,16 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
                     xb[t] = x[t].q + b * int8_block_elements;
                     if constexpr (!Format::high_bits) xb[t] = read_again(xb[t]);
                 }
-                // Q5_0 / Q5_1 tiles of four: the half's 5-bit values assembled once for the four
-                // tokens, not per token (Zen 3, one thread, 640 columns: 54.5 -> 60.6 GMAC/s; for
-                // two or three tokens 3% slower, so those assemble per token).
-                constexpr bool buffered = Format::high_bits && T >= 4;
-                __m256i decoded[buffered ? K : 1][2];
-                if constexpr (buffered) {
-                    __m256i const qh = load_256(p + Format::high_offset + 32 * h);
-                    for (int k = 0; k < K; ++k)
-                        legacy_values_256<Format>(load_256(p + k * Format::register_bytes + 32 * h),
-                                                  qh, k, decoded[k][0], decoded[k][1]);
-                }
                 for (int t = 0; t < T; ++t) {
                     std::int8_t const* xq = xb[t];
                     __m256i pairs_low = _mm256_setzero_si256(), pairs_high = pairs_low;
                     for (int k = 0; k < K; ++k) {
                         __m256i low, high;
-                        if constexpr (buffered) {
-                            low = decoded[k][0];
-                            high = decoded[k][1];
-                        } else {
-                            legacy_values_256<Format>(  // qh unread without fifth bits
-                                load_256(p + k * Format::register_bytes + 32 * h),
-                                Format::high_bits ? load_256(p + Format::high_offset + 32 * h)
-                                                  : _mm256_setzero_si256(),
-                                k, low, high);
-                        }
+                        legacy_values_256<Format>(  // qh unread without fifth bits
+                            load_256(p + k * Format::register_bytes + 32 * h),
+                            Format::high_bits ? load_256(p + Format::high_offset + 32 * h)
+                                              : _mm256_setzero_si256(),
+                            k, low, high);
                         pairs_low = _mm256_add_epi16(
                             pairs_low, _mm256_maddubs_epi16(low, four_256(xq + 4 * k)));
                         pairs_high = _mm256_add_epi16(
