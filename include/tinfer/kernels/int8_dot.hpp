@@ -1088,6 +1088,66 @@ void int8_strip_tile_k_minimum_avx2(std::byte const* strip, Extent auto cols, In
     __m256i const ones = _mm256_set1_epi16(1);
     __m256i const nibble = _mm256_set1_epi8(0x0f);
     int const supers = cols / Format::block_elements;
+    if constexpr (T >= 8) {
+        // Wide tiles (kernels/linear.hpp): a sub-block pair's values for both halves of the
+        // strip assembled once into a buffer (1 KiB) for the tile's tokens, then each activation
+        // broadcast serves 16 rows (int8_linear_bench, one thread, 2048 columns, GMAC/s on the
+        // Zen 3, alternated: Q4_K 8 tokens 57-60 -> 64-65, 16 tokens 66-68 -> 72-74; Q5_K 46-48
+        // -> 60-61 and 54-57 -> 69-71). The same integer sums and, per output, the same float
+        // operations in the same order as the tiles below.
+        for (int sb = 0; sb < supers; ++sb) {
+            std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
+            KQuantScales256 const fields[halves] = {k_quant_scales_256<Format>(p, 0),
+                                                    k_quant_scales_256<Format>(p, 1)};
+            for (int pair = 0; pair < 4; ++pair) {
+                prefetch_k_quant_part<Format, 4>(p, pair);
+                __m256i decoded[2][8][halves];  // [sub-block of the pair][register k][half]
+                for (int k = 0; k < 8; ++k)
+                    for (int h = 0; h < halves; ++h)
+                        k_quant_values_256<W>(p, pair, k, h, decoded[0][k][h], decoded[1][k][h]);
+                __m256 scale[halves][2], minimum[halves][2];
+                for (int h = 0; h < halves; ++h)
+                    for (int sub = 0; sub < 2; ++sub)
+                        k_quant_sub_block_256(fields[h], 2 * pair + sub, scale[h][sub],
+                                              minimum[h][sub]);
+                for (int t = 0; t < T; ++t) {
+                    for (int sub = 0; sub < 2; ++sub) {
+                        int const b = sb * 8 + 2 * pair + sub;
+                        std::int8_t const* xq = x[t].q + b * int8_block_elements;
+                        __m256i pairs[halves], sums[halves];
+                        for (int h = 0; h < halves; ++h)
+                            pairs[h] = sums[h] = _mm256_setzero_si256();
+                        for (int k = 0; k < 8; ++k) {
+                            __m256i const xs = four_256(xq + 4 * k);
+                            for (int h = 0; h < halves; ++h) {
+                                pairs[h] = _mm256_add_epi16(
+                                    pairs[h], _mm256_maddubs_epi16(decoded[sub][k][h], xs));
+                                keep_chain(pairs[h]);
+                            }
+                            // 5-bit weights: widen every 4 terms; 4-bit: after all 8.
+                            if (W == DType::q5_k ? k % 4 == 3 : k == 7) {
+                                for (int h = 0; h < halves; ++h) {
+                                    sums[h] = _mm256_add_epi32(sums[h],
+                                                               _mm256_madd_epi16(pairs[h], ones));
+                                    pairs[h] = _mm256_setzero_si256();
+                                }
+                            }
+                        }
+                        for (int h = 0; h < halves; ++h) {
+                            __m256 const s =
+                                _mm256_mul_ps(scale[h][sub], _mm256_set1_ps(x[t].scale[b]));
+                            acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[h]), s, acc[t][h]);
+                            acc[t][h] = _mm256_fnmadd_ps(minimum[h][sub],
+                                                         _mm256_set1_ps(x[t].sum[b]), acc[t][h]);
+                        }
+                    }
+                }
+            }
+        }
+        for (int t = 0; t < T; ++t)
+            for (int h = 0; h < halves; ++h) _mm256_storeu_ps(out[t] + 8 * h, acc[t][h]);
+        return;
+    }
     for (int sb = 0; sb < supers; ++sb) {
         std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
         for (int h = 0; h < halves; ++h) {
