@@ -10,7 +10,8 @@
 // once into 16-row strips (kernels/int8_dot.hpp), read in place by decode; a prefill chunk of
 // int8_panel_min_tokens<W>() or more on AVX-512 decodes each strip once into a panel in this
 // thread's scratch (kernels/int8_panels.hpp) and multiplies every token tile with it, the same
-// bits.
+// bits; on AVX2 the formats whose strips unpack per tile take tiles of 16 and 8 tokens first
+// (int8_wide_token_tile), so that more tokens share each unpacking.
 //
 // Threads: the *_team functions share their strips over the threads of the enclosing OpenMP
 // team (an orphaned `omp for ... nowait`), so a whole forward pass runs in one parallel region
