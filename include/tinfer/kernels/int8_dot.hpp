@@ -725,6 +725,18 @@ inline __m256i q8_products_256(__m256i w, __m256i magnitude, __m256i xs) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(xs, w)),
                              _mm256_set1_epi16(1));
 }
+// A legacy nibble block's int32 sums from its 16-bit sums of low- and high-nibble products: 4
+// terms each of up to 2 * 31 * 127 with fifth bits, widened separately; without, 8 terms of up
+// to 2 * 15 * 127 added in 16 bits and widened once.
+template <class Format>
+inline __m256i widen_legacy_pairs_256(__m256i low, __m256i high) {
+    __m256i const ones = _mm256_set1_epi16(1);
+    if constexpr (Format::high_bits) {
+        return _mm256_add_epi32(_mm256_madd_epi16(low, ones), _mm256_madd_epi16(high, ones));
+    } else {
+        return _mm256_madd_epi16(_mm256_add_epi16(low, high), ones);
+    }
+}
 // A legacy block's sums into one half's float sums: d e sum(q x), then m e sum(x) (m the stored
 // minimum, or d times the format's offset factor; none for Q8_0).
 template <class Format>
@@ -770,7 +782,6 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
     __m256 acc[T][halves];
     for (int t = 0; t < T; ++t)
         for (int h = 0; h < halves; ++h) acc[t][h] = _mm256_setzero_ps();
-    __m256i const ones = _mm256_set1_epi16(1);
     __m256i const shift = _mm256_set1_epi8(static_cast<char>(0x80));
     int const blocks = cols / int8_block_elements;
     for (int b = 0; b < blocks; ++b) {
@@ -835,10 +846,9 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
                     }
                 }
                 for (int h = 0; h < halves; ++h) {
-                    __m256i const sums = _mm256_add_epi32(_mm256_madd_epi16(pairs[h][0], ones),
-                                                          _mm256_madd_epi16(pairs[h][1], ones));
-                    acc[t][h] = add_legacy_block_256<Format>(acc[t][h], sums, scales, h,
-                                                             x[t].scale[b], x[t].sum[b]);
+                    acc[t][h] = add_legacy_block_256<Format>(
+                        acc[t][h], widen_legacy_pairs_256<Format>(pairs[h][0], pairs[h][1]), scales,
+                        h, x[t].scale[b], x[t].sum[b]);
                 }
             }
         } else {
@@ -868,15 +878,9 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
                         keep_chain(pairs_low);
                         keep_chain(pairs_high);
                     }
-                    __m256i sums;
-                    if constexpr (Format::high_bits) {  // 4 terms each: widen separately
-                        sums = _mm256_add_epi32(_mm256_madd_epi16(pairs_low, ones),
-                                                _mm256_madd_epi16(pairs_high, ones));
-                    } else {
-                        sums = _mm256_madd_epi16(_mm256_add_epi16(pairs_low, pairs_high), ones);
-                    }
-                    acc[t][h] = add_legacy_block_256<Format>(acc[t][h], sums, scales, h,
-                                                             x[t].scale[b], x[t].sum[b]);
+                    acc[t][h] = add_legacy_block_256<Format>(
+                        acc[t][h], widen_legacy_pairs_256<Format>(pairs_low, pairs_high), scales, h,
+                        x[t].scale[b], x[t].sum[b]);
                 }
             }
         }
@@ -916,7 +920,6 @@ void int8_strip_row_avx2(std::byte const* strip, Extent auto cols, Int8Row const
     using Format = Int8StripFormat<W>;
     constexpr int K = Format::registers, halves = 2;
     __m256 acc[halves] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    __m256i const ones = _mm256_set1_epi16(1);
     __m256i const shift = _mm256_set1_epi8(static_cast<char>(0x80));
     int const blocks = cols / int8_block_elements;
     for (int b = 0; b < blocks; ++b) {
@@ -945,14 +948,8 @@ void int8_strip_row_avx2(std::byte const* strip, Extent auto cols, Int8Row const
                     keep_chain(pairs[h][1]);
                 }
             }
-            for (int h = 0; h < halves; ++h) {
-                if constexpr (Format::high_bits) {
-                    sums[h] = _mm256_add_epi32(_mm256_madd_epi16(pairs[h][0], ones),
-                                               _mm256_madd_epi16(pairs[h][1], ones));
-                } else {
-                    sums[h] = _mm256_madd_epi16(_mm256_add_epi16(pairs[h][0], pairs[h][1]), ones);
-                }
-            }
+            for (int h = 0; h < halves; ++h)
+                sums[h] = widen_legacy_pairs_256<Format>(pairs[h][0], pairs[h][1]);
         } else {
             // Q8_0: the tile's sign trick.
             sums[0] = sums[1] = _mm256_setzero_si256();

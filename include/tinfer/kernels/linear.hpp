@@ -235,8 +235,10 @@ inline void int8_strip_products(Cols cols, WeightMatrix const& w, int strip, Int
     int start = first;
     if constexpr (constexpr int wide = int8_wide_token_tile<W, isa>(); wide > linear_token_tile) {
         for (; start + wide <= last; start += wide) tile.template operator()<wide>(start);
-        for (; start + wide / 2 <= last; start += wide / 2)
+        if (start + wide / 2 <= last) {
             tile.template operator()<wide / 2>(start);
+            start += wide / 2;
+        }
     }
     // The 1-3 left over in one tile, so that each strip's weights are unpacked once for them
     // (two or three decoding sequences, a speculative verify step); the outputs are the same
