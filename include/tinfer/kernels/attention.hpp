@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <numbers>
 #include <span>
 #include <string>
@@ -606,7 +607,15 @@ class AttentionKernel {
     // Queries in a block from which the K tile is transposed. Measured on Zen 4, one thread,
     // 512 queries over 512 keys: Gemma 3's shape 17 -> 25 GMAC/s, SmolLM2's 12 -> 15; one
     // decoding query over 1024 keys transposing too: Gemma 3 13 -> 11, SmolLM2 8.5 -> 7.
+#if TINFER_X86_TARGETS && defined(__AVX2__) && !defined(__AVX512F__)
+    // With AVX2 never: on a Zen 3, one thread, 512 queries over 512 keys (one layer), row_scores'
+    // four keys a register (dot_rows4_avx2) with fold_slice_avx2 ran SmolLM2's shape in 8.3 ms
+    // against the band's 16.5, Gemma 3's in 13.7 against 19.8; a band rewritten on AVX
+    // registers (chains in registers, an 8 x 8 transpose) still lost to the rows (9.2, 17.7).
+    static constexpr int transposed_min_queries = std::numeric_limits<int>::max();
+#else
     static constexpr int transposed_min_queries = 4;
+#endif
     // Output dimensions a head accumulates at once: four AVX-512 registers; 32 elsewhere, where
     // a band's heads' 64 would be 32 AVX registers of sixteen (on a Zen 3, SmolLM2 tg128 at
     // depth 512: 78.6-90.5 t/s at 16, 90.8-98.4 at 32). The slice only groups dimensions:
@@ -715,6 +724,18 @@ class AttentionKernel {
             for (int r = 0; r < R; ++r) scores[j + r] = dots[r] * scale;
         };
         int j = lo;
+#if TINFER_X86_TARGETS && defined(__AVX2__) && !defined(__AVX512F__)
+        // Four keys' sums stay in a register through the scaling: stored as dot_rows' floats
+        // and read back as one vector they missed store forwarding (a third of row_scores).
+        if (head_dim % reduction_lanes == 0) {
+            __m128 const factor = _mm_set1_ps(scale);
+            for (; j + 3 <= hi; j += 4)
+                _mm_storeu_ps(scores + j,
+                              _mm_mul_ps(dot_rows4_avx2(head_dim_, q, keys + j * head_dim,
+                                                        static_cast<std::size_t>(head_dim)),
+                                         factor));
+        }
+#endif
         if constexpr (widest_score_rows == 16)
             for (; j + 15 <= hi; j += 16) rows.template operator()<16>(j);
         for (; j + 7 <= hi; j += 8) rows.template operator()<8>(j);
@@ -778,6 +799,14 @@ class AttentionKernel {
             correction[h] = weigh(scores + h * padded, lo, hi, maxima[h], sums[h]);
         constexpr int slice_registers = row_slice / key_lanes;
         int d0 = 0;
+#if TINFER_X86_TARGETS && defined(__AVX2__) && !defined(__AVX512F__)
+        // AVX2: at most 12 registers of output (8 dimensions each) over the band's heads, the
+        // value row read from memory by each multiply-add; the Lanes form below (12 or 16
+        // registers of output and 4 of values) kept every sum on the stack (GCC 12, Zen 3).
+        constexpr int registers = H == 1 ? 8 : H <= 3 ? 4 : 2;
+        for (; d0 + 8 * registers <= head_dim; d0 += 8 * registers)
+            fold_slice_avx2<H, registers>(scores, values + d0, lo, hi, correction, acc + d0);
+#endif
         for (; d0 + row_slice <= head_dim; d0 += row_slice) {
             Lanes row[H][slice_registers];
             for (int h = 0; h < H; ++h)
@@ -812,6 +841,33 @@ class AttentionKernel {
             }
         }
     }
+
+#if TINFER_X86_TARGETS && defined(__AVX2__) && !defined(__AVX512F__)
+    // fold's slice of 8R dimensions at `acc` and `values` (rows head_dim apart) for the
+    // band's H heads: each rescaled once, then every key's weight times its value row added in
+    // key order, as fold's Lanes form adds them (a multiply and an add, contracted alike).
+    template <int H, int R>
+    void fold_slice_avx2(float const* scores, float const* values, int lo, int hi,
+                         float const (&correction)[H], float* acc) const {
+        int const head_dim = this->head_dim(), padded = padded_tile();
+        __m256 row[H][R];
+        for (int h = 0; h < H; ++h)
+            for (int r = 0; r < R; ++r)
+                row[h][r] = _mm256_mul_ps(_mm256_loadu_ps(acc + h * head_dim + 8 * r),
+                                          _mm256_set1_ps(correction[h]));
+        for (int j = lo; j <= hi; ++j) {
+            float const* const v = values + static_cast<std::size_t>(j) * head_dim;
+            for (int h = 0; h < H; ++h) {
+                __m256 const p = _mm256_set1_ps(scores[h * padded + j]);
+                for (int r = 0; r < R; ++r)
+                    row[h][r] =
+                        _mm256_add_ps(row[h][r], _mm256_mul_ps(p, _mm256_loadu_ps(v + 8 * r)));
+            }
+        }
+        for (int h = 0; h < H; ++h)
+            for (int r = 0; r < R; ++r) _mm256_storeu_ps(acc + h * head_dim + 8 * r, row[h][r]);
+    }
+#endif
 
     [[no_unique_address]] HeadDim head_dim_;
     [[no_unique_address]] GroupSize group_size_;
