@@ -800,9 +800,9 @@ class AttentionKernel {
         constexpr int slice_registers = row_slice / key_lanes;
         int d0 = 0;
 #if TINFER_X86_TARGETS && defined(__AVX2__) && !defined(__AVX512F__)
-        // AVX2: at most 12 registers of output (8 dimensions each) over the band's heads, the
-        // value row read from memory by each multiply-add; the Lanes form below (12 or 16
-        // registers of output and 4 of values) kept every sum on the stack (GCC 12, Zen 3).
+        // AVX2: at most 12 registers of output (8 dimensions each) over the band's heads; the
+        // Lanes form below (12 or 16 registers of output and 4 of values) kept every sum on
+        // the stack (GCC 12, Zen 3).
         constexpr int registers = H == 1 ? 8 : H <= 3 ? 4 : 2;
         for (; d0 + 8 * registers <= head_dim; d0 += 8 * registers)
             fold_slice_avx2<H, registers>(scores, values + d0, lo, hi, correction, acc + d0);
@@ -857,11 +857,18 @@ class AttentionKernel {
                                           _mm256_set1_ps(correction[h]));
         for (int j = lo; j <= hi; ++j) {
             float const* const v = values + static_cast<std::size_t>(j) * head_dim;
+            // The value row in registers once for the H heads where the outputs leave room
+            // (the empty asm keeps GCC from folding the loads back into the multiply-adds;
+            // Gemma 3's four heads, a layer's 512-token prefill: 12.4 -> 10.8 ms), else read
+            // from memory by each multiply-add.
+            __m256 value[R];
+            for (int r = 0; r < R; ++r) value[r] = _mm256_loadu_ps(v + 8 * r);
+            if constexpr (H * R + R + 1 <= 16)
+                for (int r = 0; r < R; ++r) asm("" : "+x"(value[r]));
             for (int h = 0; h < H; ++h) {
                 __m256 const p = _mm256_set1_ps(scores[h * padded + j]);
                 for (int r = 0; r < R; ++r)
-                    row[h][r] =
-                        _mm256_add_ps(row[h][r], _mm256_mul_ps(p, _mm256_loadu_ps(v + 8 * r)));
+                    row[h][r] = _mm256_add_ps(row[h][r], _mm256_mul_ps(p, value[r]));
             }
         }
         for (int h = 0; h < H; ++h)
