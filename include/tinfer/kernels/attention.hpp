@@ -26,7 +26,10 @@
 // tile (key j's dimension d at keys_t[d][j]), so that one register holds 16 keys' partial sums
 // and a band of up to four query heads shares every loaded row, with no horizontal sum per
 // key; a block of one to three queries (decode) takes eight keys at a time row by row
-// (dot_rows), where the transpose would cost more than it saves.
+// (dot_rows), where the transpose would cost more than it saves. Where the build's floor is AVX2
+// (no AVX-512) every block goes row by row, four keys' sums a register (dot_rows4_avx2), and
+// fold keeps its output slice in AVX registers (fold_slice_avx2): the band's chains and the
+// Lanes form's output rows did not fit AVX2's 16 registers and ran from the stack.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
