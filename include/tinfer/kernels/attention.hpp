@@ -611,10 +611,11 @@ class AttentionKernel {
     // 512 queries over 512 keys: Gemma 3's shape 17 -> 25 GMAC/s, SmolLM2's 12 -> 15; one
     // decoding query over 1024 keys transposing too: Gemma 3 13 -> 11, SmolLM2 8.5 -> 7.
 #if TINFER_X86_TARGETS && defined(__AVX2__) && !defined(__AVX512F__)
-    // With AVX2 never: on a Zen 3, one thread, 512 queries over 512 keys (one layer), row_scores'
-    // four keys a register (dot_rows4_avx2) with fold_slice_avx2 ran SmolLM2's shape in 8.3 ms
-    // against the band's 16.5, Gemma 3's in 13.7 against 19.8; a band rewritten on AVX
-    // registers (chains in registers, an 8 x 8 transpose) still lost to the rows (9.2, 17.7).
+    // With AVX2 never: on a Zen 3, one thread, 512 queries over 512 keys (bench/specialization's
+    // attention prefill), the rows (dot_rows4_avx2, fold_slice_avx2) take SmolLM2's shape in
+    // 6.8-7.1 ms and Gemma 3's in 10.5-10.8, where the band took 13.4-14.6 and 18.0-20.0; a
+    // band rewritten on AVX registers (its chains in registers, an 8 x 8 transpose) still lost
+    // to the rows (9.2 against 8.3 ms and 17.7 against 13.4, before fold shared value rows).
     static constexpr int transposed_min_queries = std::numeric_limits<int>::max();
 #else
     static constexpr int transposed_min_queries = 4;
