@@ -755,6 +755,12 @@ inline __m256 add_legacy_block_256(__m256 acc, __m256i sums, std::byte const* sc
     return _mm256_fmadd_ps(m, _mm256_set1_ps(x_sum), acc);
 }
 
+// How far ahead of its reads an AVX2 legacy-format strip kernel (the one-token row, and a tile
+// that streams its strip) asks for the strip's bytes (the next strips follow in memory). Measured
+// on the one-token row: the hardware prefetchers alone left it at 66-80% of the read bandwidth at
+// one thread and 71-85% at two (Zen 3, int8_linear_bench, strips streamed from memory); 1-2 KiB
+// ahead gave 84-97% and 87-100%, 512 bytes no gain, 3-4 KiB less again.
+inline constexpr std::size_t avx2_decode_prefetch_bytes = 2048;
 // AVX2 without VNNI (most x86 laptops): a 256-bit register holds 8 rows, so a strip is two
 // halves with the AVX-512 lane order in each. Byte products go through vpmaddubsw, whose 16-bit
 // sums saturate, so they are widened to int32 before they can leave its range: with
@@ -772,7 +778,7 @@ void int8_strip_row_avx2(std::byte const* strip, Extent auto cols, Int8Row const
 
 template <DType W, int T>
 void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row const (&x)[T],
-                          float (&out)[T][int8_strip_rows]) {
+                          float (&out)[T][int8_strip_rows], bool streamed) {
     if constexpr (T == 1) {
         int8_strip_row_avx2<W>(strip, cols, x[0], out[0]);
         return;
@@ -787,6 +793,15 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
     for (int b = 0; b < blocks; ++b) {
         std::byte const* p = strip + static_cast<std::size_t>(b) * Format::block_bytes;
         std::byte const* scales = p + Format::scales_offset;
+        // A tile that streams its strip from memory asks for it ahead as the one-token row does
+        // (batched decode, the first tile of a prefill chunk); later tiles find it in cache.
+        // int8_linear_bench --rows 65536 --cols 640 -p 4 (the strips streamed), one thread,
+        // GMAC/s on the Zen 3, alternated three times: Q8_0 43.8-48.7 -> 51.5-54.3, Q5_0
+        // 50.5-55.5 -> 62.1-63.2, Q4_1 62.5-66.9 -> 66.4-69.7. From cache every block's
+        // prefetch cost Q4_1 about 1% (68.1-73.4 -> 68.1-71.0), hence `streamed`.
+        if (streamed)
+            prefetch_bytes<PrefetchOrder::pinned>(p + avx2_decode_prefetch_bytes,
+                                                  Format::block_bytes);
         if constexpr (!Format::nibbles) {
             // Q8_0: both halves of a register at once, so that each activation broadcast serves
             // the strip's 16 rows, each half's signed weights and magnitudes its tile's tokens
@@ -889,11 +904,6 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
         for (int h = 0; h < halves; ++h) _mm256_storeu_ps(out[t] + 8 * h, acc[t][h]);
 }
 
-// How far ahead of its reads a one-token AVX2 strip asks for the strip's bytes (the next strips
-// follow in memory). The hardware prefetchers alone left it at 66-80% of the read bandwidth at
-// one thread and 71-85% at two (Zen 3, int8_linear_bench, strips streamed from memory); 1-2 KiB
-// ahead gave 84-97% and 87-100%, 512 bytes no gain, 3-4 KiB less again.
-inline constexpr std::size_t avx2_decode_prefetch_bytes = 2048;
 // The K-quant rows' distance, asked a quarter of a super-block at a time (per sub-block pair
 // of Q4_K and Q5_K, per half of a half of Q6_K): a whole super-block's 36-53 lines at once
 // kept Q4_K at 62-66% of the read bandwidth, Q5_K 59-63%, Q6_K 54-56% (Zen 3, one thread,
@@ -1416,17 +1426,20 @@ TINFER_END_TARGET_AVX2
 }  // namespace detail
 
 // out[t][r] = row r of the strip . x[t], the strip in the layout above with `cols` columns (a
-// static or a dynamic extent, core/extent.hpp: the same source either way).
+// static or a dynamic extent, core/extent.hpp: the same source either way). `streamed`: the strip
+// comes from memory (the first tile over it in a chunk of tokens), so the AVX2 tiles of the
+// legacy formats ask for it ahead; the other kernels prefetch as their comments say.
 template <DType W, int T, Isa isa = Isa::native>
 inline void int8_strip_tile(std::byte const* strip, Extent auto cols, Int8Row const (&x)[T],
-                            float (&out)[T][int8_strip_rows]) {
+                            float (&out)[T][int8_strip_rows], bool streamed = true) {
     static_assert(
         has_int8_dot(W),
         "int8_strip_tile: weights must be Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K");
     constexpr bool k_minimum = W == DType::q4_k || W == DType::q5_k;
     if constexpr (isa == Isa::native) {
         // One strip: callers that loop over many (kernels/linear.hpp) choose once per matrix.
-        with_running_isa([&]<Isa chosen>() { int8_strip_tile<W, T, chosen>(strip, cols, x, out); });
+        with_running_isa(
+            [&]<Isa chosen>() { int8_strip_tile<W, T, chosen>(strip, cols, x, out, streamed); });
 #if TINFER_X86_TARGETS
     } else if constexpr (isa == Isa::avx512) {
         if constexpr (k_minimum) {
@@ -1442,7 +1455,7 @@ inline void int8_strip_tile(std::byte const* strip, Extent auto cols, Int8Row co
         } else if constexpr (W == DType::q6_k) {
             detail::int8_strip_tile_q6_k_avx2<T>(strip, cols, x, out);
         } else {
-            detail::int8_strip_tile_avx2<W, T>(strip, cols, x, out);
+            detail::int8_strip_tile_avx2<W, T>(strip, cols, x, out, streamed);
         }
 #endif
     } else if constexpr (k_minimum) {

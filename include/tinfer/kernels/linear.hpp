@@ -228,7 +228,7 @@ inline void int8_strip_products(Cols cols, WeightMatrix const& w, int strip, Int
         Int8Row rows[T];
         for (int t = 0; t < T; ++t) rows[t] = x.row(t0 + t, static_cast<int>(cols));
         float out[T][int8_strip_rows];
-        int8_strip_tile<W, T, isa>(p, cols, rows, out);
+        int8_strip_tile<W, T, isa>(p, cols, rows, out, t0 == first);
         emit(t0, out);
     };
     // Wider tiles first where they pay (int8_wide_token_tile), then tiles of four.
@@ -514,7 +514,7 @@ void gated_linear_team(Cols cols, WeightMatrix const& gate, WeightMatrix const& 
                         Int8Row x_rows[T];
                         for (int t = 0; t < T; ++t) x_rows[t] = x.row(t0 + t, width);
                         float u[T][int8_strip_rows];
-                        int8_strip_tile<W, T, isa>(up_strip, cols, x_rows, u);
+                        int8_strip_tile<W, T, isa>(up_strip, cols, x_rows, u, t0 == first);
                         combine.template operator()<T>(t0, g, u);
                     });
             });
