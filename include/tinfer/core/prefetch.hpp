@@ -46,4 +46,18 @@ inline void prefetch_bytes(void const* p, std::size_t bytes) {
 #endif
 }
 
+// Asks for the cache line holding p, to be written: its owner gives it up now rather than when
+// the store reaches it. For outputs written a line at a time far apart (a strip's 16 outputs of
+// each token, kernels/linear.hpp), where a store that misses holds up every store behind it.
+// `prefetchw` on x86 (a no-op on cores without it).
+inline void prefetch_for_write(void const* p) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    __asm__ volatile("prefetchw %0" : : "m"(*static_cast<char const*>(p)));
+#elif defined(__GNUC__)
+    __builtin_prefetch(p, 1, 3);
+#else
+    (void)p;
+#endif
+}
+
 }  // namespace tinfer
