@@ -4,6 +4,7 @@
 // that, and the portable path always) against a float64 product of the decoded weights and the
 // dequantized activations; the paths bitwise equal (prefill's panels and the strips too); batch
 // invariance; the fused gated and accumulating epilogues against the separate operations.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -503,6 +504,29 @@ BOOST_AUTO_TEST_CASE(layouts_are_checked) {
     BOOST_CHECK_THROW(k::repack_int8_strips(strips.matrix, again.data()), tinfer::Error);
     tt::TestWeights const f16 = tt::make_weights<DType::f16>(rng, 8, 64);
     BOOST_CHECK_THROW(k::repack_int8_strips(f16.matrix, again.data()), tinfer::Error);
+}
+
+// Batched steps hand strips out from a shared counter, one token and several token chunks keep
+// the static halves; a grab is never more than a thread's share, nor less than one strip. The
+// outputs are the same bits either way (portable_is_bitwise_native runs 5 tokens on 2 threads).
+BOOST_AUTO_TEST_CASE(strip_sharing_grain_follows_its_rules) {
+    using k::detail::dynamic_share_grain;
+    int const chunk = k::linear_token_chunk(k::int8_row_bytes(640));
+    std::size_t const strip = 7040;                                  // a Q5_0 strip of 640 columns
+    BOOST_TEST(dynamic_share_grain(128, strip, 2, 1, chunk) == 0);   // decode
+    BOOST_TEST(dynamic_share_grain(128, strip, 2, 3, chunk) == 0);   // under 4 tokens
+    BOOST_TEST(dynamic_share_grain(128, strip, 1, 16, chunk) == 0);  // one thread
+    BOOST_TEST(dynamic_share_grain(128, strip, 2, chunk + 1, chunk) == 0);  // two chunks
+    BOOST_TEST(dynamic_share_grain(128, strip, 2, chunk, chunk) > 0);       // one chunk
+    // 16384 strips (Gemma 3's LM head): about eight grabs per thread.
+    BOOST_TEST(dynamic_share_grain(16384, 10880, 2, 16, chunk) == 16384 / 16);
+    // Small strips: at least dynamic_share_min_bytes per grab.
+    int const least = static_cast<int>((k::detail::dynamic_share_min_bytes + 99) / 100);
+    BOOST_TEST(dynamic_share_grain(100000, 100, 2, 16, chunk) == std::max(100000 / 16, least));
+    BOOST_TEST(dynamic_share_grain(1000, 100, 2, 16, chunk) == least);
+    // Few strips: never past a thread's share, never under one strip.
+    BOOST_TEST(dynamic_share_grain(3, strip, 2, 16, chunk) == 2);
+    BOOST_TEST(dynamic_share_grain(1, strip, 4, 16, chunk) == 1);
 }
 
 BOOST_AUTO_TEST_CASE(batch_invariant_bitwise) {
