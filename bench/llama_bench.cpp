@@ -95,6 +95,11 @@ double attention_macs(int keys_of_global, int keys_of_sliding) {
     return macs;
 }
 
+// What the roofline lines say where the panels' step was not measured: measured_int8_panel_gmacs
+// returns 0 where the panels do not run, and "0.0 GMAC/s" read as a measured rate.
+constexpr char const* panels_not_run =
+    "the panels' step not measured: the panels run on AVX-512 only";
+
 // ppN's matrix products as a share of the measured int8 dot rate and of the panels' inner
 // step (what GGUF's per-block scales leave of it), attention and the one LM-head row beside
 // them.
@@ -114,14 +119,16 @@ std::string prefill_share(int tokens, int depth, int threads, double tokens_per_
         return of > 0 ? std::to_string(std::lround(100 * matrix_gmacs / of)) + "%"
                       : std::string("n/a");
     };
+    char panels[96];
+    std::snprintf(panels, sizeof panels, "%s of the panels' step (%.1f GMAC/s)",
+                  share(panel_gmacs).c_str(), panel_gmacs);
     char text[640];
     std::snprintf(text, sizeof text,
                   "pp%d, %d thread(s): matrix products %.1f GMAC/s = %s of the int8 dot peak "
-                  "(%.1f GMAC/s), %s of the panels' step (%.1f GMAC/s); beside them attention "
-                  "%.2f GMAC, the LM head's one row %.3f GMAC, against %.2f GMAC of matrix "
-                  "products",
+                  "(%.1f GMAC/s), %s; beside them attention %.2f GMAC, the LM head's one row "
+                  "%.3f GMAC, against %.2f GMAC of matrix products",
                   tokens, threads, matrix_gmacs, share(peak_gmacs).c_str(), peak_gmacs,
-                  share(panel_gmacs).c_str(), panel_gmacs, attention_gmac, head_gmac,
+                  panel_gmacs > 0 ? panels : panels_not_run, attention_gmac, head_gmac,
                   tokens * layer_matrix_macs<Cfg>() / 1e9);
     return text;
 }
@@ -465,12 +472,16 @@ int main(int argc, char** argv) {
                 roofline.int8_gmacs.push_back(tinfer::bench::measured_int8_gmacs(t));
                 roofline.panel_gmacs.push_back(tinfer::bench::measured_int8_panel_gmacs(t));
                 double const decode_ceiling = bw * 1e9 / double(file.bytes().size());
+                char panels[96];
+                std::snprintf(panels, sizeof panels, "the prefill panels' step from L1: %.1f",
+                              roofline.panel_gmacs.back());
                 std::printf(
                     "roofline, %d thread(s): read bandwidth %.1f GB/s (decode ceiling "
-                    "%.0f t/s for the %.1f MB file), int8 dot %.1f GMAC/s (the prefill panels' "
-                    "step from L1: %.1f), sgemm %.1f GFLOP/s\n",
+                    "%.0f t/s for the %.1f MB file), int8 dot %.1f GMAC/s (%s), sgemm %.1f "
+                    "GFLOP/s\n",
                     t, bw, decode_ceiling, file.bytes().size() / 1e6, roofline.int8_gmacs.back(),
-                    roofline.panel_gmacs.back(), tinfer::bench::measured_sgemm_gflops(t));
+                    roofline.panel_gmacs.back() > 0 ? panels : panels_not_run,
+                    tinfer::bench::measured_sgemm_gflops(t));
             }
         }
         tinfer::model::with_shipped_preset(file, [&]<tinfer::ModelConfig Cfg>() {
