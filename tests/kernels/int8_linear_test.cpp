@@ -3,7 +3,8 @@
 // Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; the AVX-512 VNNI path where the build has it, AVX2 where it has
 // that, and the portable path always) against a float64 product of the decoded weights and the
 // dequantized activations; the paths bitwise equal (prefill's panels and the strips too); batch
-// invariance; the fused gated and accumulating epilogues against the separate operations.
+// invariance; the grain in which a batched step's threads take strips from a shared counter;
+// the fused gated and accumulating epilogues against the separate operations.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
