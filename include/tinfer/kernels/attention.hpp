@@ -43,7 +43,6 @@
 #include <tinfer/core/dispatch.hpp>
 #include <tinfer/core/error.hpp>
 #include <tinfer/core/extent.hpp>
-#include <tinfer/core/prefetch.hpp>
 #include <tinfer/kernels/activation_math.hpp>
 #include <tinfer/kv/kv_view.hpp>
 
@@ -577,17 +576,6 @@ class AttentionKernel {
             float const* const tile_k =
                 tile_rows<true>(view, kv_head, tile, tile_keys, keys_buffer);
             float const* const tile_v = tile_rows<false>(view, kv_head, tile, tile_keys, values);
-            // The value rows in place are asked for while the scores run: fold reads them a
-            // slice of dimensions at a time, a line of each row a whole row apart, which the
-            // hardware prefetchers did not follow. In a decode step the rows come from the L3 or
-            // memory, and half of Gemma 3's decode fold waited on those loads (Zen 3, one
-            // thread). One query over keys evicted from the L2, the old and the new header
-            // alternated in one process, p10 time new / old: Gemma 3's shape 0.85-0.90,
-            // SmolLM2's 0.87-0.98, the same bits. (The K tile as well gained Gemma 3 4-10% more
-            // and SmolLM2 nothing: its rows run in order.)
-            if (tile_v != values)
-                prefetch_bytes(tile_v,
-                               static_cast<std::size_t>(tile_keys) * head_dim * sizeof(float));
             if (transposed) detail::transpose_keys(tile_k, tile_keys, head_dim, keys_t, padded);
             for (int i = 0; i < count; ++i) {
                 int const position = first_query + i;
@@ -609,8 +597,13 @@ class AttentionKernel {
                                        scores + h * padded);
                     }
                     int const row = first_row + g0;
-                    fold<H>(scores, tile_v, lo, hi, states.maxima + row, states.sums + row,
-                            states.output(row, head_dim));
+                    if (count == 1) {
+                        fold_in_key_order<H>(scores, tile_v, lo, hi, states.maxima + row,
+                                             states.sums + row, states.output(row, head_dim));
+                    } else {
+                        fold<H>(scores, tile_v, lo, hi, states.maxima + row, states.sums + row,
+                                states.output(row, head_dim));
+                    }
                 });
             }
         }
@@ -858,6 +851,48 @@ class AttentionKernel {
                     for (int d = d0; d < head_dim; ++d) out[d] += p * v[d];
                 }
             }
+        }
+    }
+
+    // fold for a block of one query (a decode step): each value row read whole, in key order,
+    // the band's output rows (in L1) updated key by key. fold's slices read a line of every
+    // value row a row apart, which the hardware prefetchers did not follow, and in a decode step
+    // the rows come from the L3 or memory: half of Gemma 3's decode fold waited on them (Zen 3,
+    // one thread). In order they stream. One query per layer over keys evicted from the L2
+    // first, the old and the new header alternated in one process, p10 time new / old: Gemma
+    // 3's shape 0.69-0.78, SmolLM2's 0.82-0.88; prefetching the value rows before the scores
+    // gained about half as much. Rows still in the L2 (the same keys read again at once) favour
+    // the slices (0.5-0.6 of this order's time), but a decode step reads a layer's rows once a
+    // step, with the whole model's weights read in between.
+    // Each dimension still rescales once and then adds its keys in order, a multiply and an add
+    // as fold's (contracted alike): fold's bits.
+    template <int H>
+    void fold_in_key_order(float* scores, float const* values, int lo, int hi, float* maxima,
+                           float* sums, float* acc) const {
+        int const head_dim = this->head_dim(), padded = padded_tile();
+        float correction[H];
+        for (int h = 0; h < H; ++h)
+            correction[h] = weigh(scores + h * padded, lo, hi, maxima[h], sums[h]);
+        for (int h = 0; h < H; ++h) {
+            float* const out = acc + h * head_dim;
+#pragma omp simd
+            for (int d = 0; d < head_dim; ++d) out[d] *= correction[h];
+        }
+        using detail::Lanes, detail::load_lanes, detail::multiply_add_lanes;
+        for (int j = lo; j <= hi; ++j) {
+            float const* const v = values + static_cast<std::size_t>(j) * head_dim;
+            float p[H];
+            for (int h = 0; h < H; ++h) p[h] = scores[h * padded + j];
+            int d = 0;
+            for (; d + key_lanes <= head_dim; d += key_lanes) {  // a register of the row: H heads
+                Lanes const value = load_lanes(v + d);
+                for (int h = 0; h < H; ++h) {
+                    float* const out = acc + h * head_dim + d;
+                    detail::store_lanes(out, multiply_add_lanes(p[h], value, load_lanes(out)));
+                }
+            }
+            for (; d < head_dim; ++d)
+                for (int h = 0; h < H; ++h) acc[h * head_dim + d] += p[h] * v[d];
         }
     }
 
