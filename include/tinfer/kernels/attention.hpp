@@ -598,8 +598,8 @@ class AttentionKernel {
                     }
                     int const row = first_row + g0;
                     if (count == 1) {
-                        fold_in_key_order<H>(scores, tile_v, lo, hi, states.maxima + row,
-                                             states.sums + row, states.output(row, head_dim));
+                        fold_one_query<H>(scores, tile_v, lo, hi, states.maxima + row,
+                                          states.sums + row, states.output(row, head_dim));
                     } else {
                         fold<H>(scores, tile_v, lo, hi, states.maxima + row, states.sums + row,
                                 states.output(row, head_dim));
@@ -854,46 +854,70 @@ class AttentionKernel {
         }
     }
 
-    // fold for a block of one query (a decode step): each value row read whole, in key order,
-    // the band's output rows (in L1) updated key by key. fold's slices read a line of every
-    // value row a row apart, which the hardware prefetchers did not follow, and in a decode step
-    // the rows come from the L3 or memory: half of Gemma 3's decode fold waited on them (Zen 3,
-    // one thread). In order they stream. One query per layer over keys evicted from the L2
-    // first, the old and the new header alternated in one process, p10 time new / old: Gemma
-    // 3's shape 0.69-0.78, SmolLM2's 0.82-0.88; prefetching the value rows before the scores
-    // gained about half as much. Rows still in the L2 (the same keys read again at once) favour
-    // the slices (0.5-0.6 of this order's time), but a decode step reads a layer's rows once a
-    // step, with the whole model's weights read in between.
+    // fold for a block of one query (a decode step): head by head, its output row in registers
+    // a slice of decode_slice_lanes registers at a time, every key of the tile added to the
+    // slice before the next; with a head_dim of at most the slice's (SmolLM2's 64) each value
+    // row is so read whole, in key order. The version before updated the band's output rows in
+    // L1 key by key, whole value rows at a time: GCC 12 kept those rows in registers, on the
+    // stack and in L1 at once (a spill and a store per register and key), and decode attention
+    // from the L2 took 1.3-1.6 times as long (one query over 128 cached keys, old and new
+    // alternated in one process, Zen 3, one thread: Gemma 3's shape 0.75 of the time, SmolLM2's
+    // 0.62); over keys evicted from the L2 first, SmolLM2's 0.81-0.93, Gemma 3's 1.00-1.04.
     // Each dimension still rescales once and then adds its keys in order, a multiply and an add
     // as fold's (contracted alike): fold's bits.
     template <int H>
-    void fold_in_key_order(float* scores, float const* values, int lo, int hi, float* maxima,
-                           float* sums, float* acc) const {
+    void fold_one_query(float* scores, float const* values, int lo, int hi, float* maxima,
+                        float* sums, float* acc) const {
         int const head_dim = this->head_dim(), padded = padded_tile();
         float correction[H];
         for (int h = 0; h < H; ++h)
             correction[h] = weigh(scores + h * padded, lo, hi, maxima[h], sums[h]);
-        for (int h = 0; h < H; ++h) {
-            float* const out = acc + h * head_dim;
-#pragma omp simd
-            for (int d = 0; d < head_dim; ++d) out[d] *= correction[h];
+        constexpr int slice = decode_slice_lanes * key_lanes;
+        int d0 = 0;
+        for (; d0 + slice <= head_dim; d0 += slice) {
+            for (int h = 0; h < H; ++h)
+                fold_head_slice<decode_slice_lanes>(scores + h * padded, values, lo, hi,
+                                                    correction[h], acc + h * head_dim + d0, d0);
         }
-        using detail::Lanes, detail::load_lanes, detail::multiply_add_lanes;
-        for (int j = lo; j <= hi; ++j) {
-            float const* const v = values + static_cast<std::size_t>(j) * head_dim;
-            float p[H];
-            for (int h = 0; h < H; ++h) p[h] = scores[h * padded + j];
-            int d = 0;
-            for (; d + key_lanes <= head_dim; d += key_lanes) {  // a register of the row: H heads
-                Lanes const value = load_lanes(v + d);
-                for (int h = 0; h < H; ++h) {
-                    float* const out = acc + h * head_dim + d;
-                    detail::store_lanes(out, multiply_add_lanes(p[h], value, load_lanes(out)));
+        for (; d0 + key_lanes <= head_dim; d0 += key_lanes)
+            for (int h = 0; h < H; ++h)
+                fold_head_slice<1>(scores + h * padded, values, lo, hi, correction[h],
+                                   acc + h * head_dim + d0, d0);
+        if (d0 < head_dim) {  // the rest of a head_dim that is not a multiple of key_lanes
+            for (int h = 0; h < H; ++h) {
+                float* const out = acc + h * head_dim;
+#pragma omp simd
+                for (int d = d0; d < head_dim; ++d) out[d] *= correction[h];
+                for (int j = lo; j <= hi; ++j) {
+                    float const p = scores[h * padded + j];
+                    float const* v = values + static_cast<std::size_t>(j) * head_dim;
+#pragma omp simd
+                    for (int d = d0; d < head_dim; ++d) out[d] += p * v[d];
                 }
             }
-            for (; d < head_dim; ++d)
-                for (int h = 0; h < H; ++h) acc[h * head_dim + d] += p[h] * v[d];
         }
+    }
+    // Registers of output a head's decode slice keeps: 64 dimensions on AVX2 (eight of AVX2's
+    // sixteen registers, beside the value row's and the weight's), 64 on AVX-512 too.
+    static constexpr int decode_slice_lanes = 4;
+
+    // One head's output slice of R registers at `out` (dimensions d0 ..): rescaled by
+    // `correction`, then p_j v_j added for the keys lo..hi in order.
+    template <int R>
+    void fold_head_slice(float const* scores, float const* values, int lo, int hi, float correction,
+                         float* out, int d0) const {
+        using detail::Lanes, detail::load_lanes, detail::multiply_add_lanes;
+        int const head_dim = this->head_dim();
+        Lanes row[R];
+        for (int r = 0; r < R; ++r)
+            row[r] = detail::scale_lanes(load_lanes(out + r * key_lanes), correction);
+        for (int j = lo; j <= hi; ++j) {
+            float const* const v = values + static_cast<std::size_t>(j) * head_dim + d0;
+            float const p = scores[j];
+            for (int r = 0; r < R; ++r)
+                row[r] = multiply_add_lanes(p, load_lanes(v + r * key_lanes), row[r]);
+        }
+        for (int r = 0; r < R; ++r) detail::store_lanes(out + r * key_lanes, row[r]);
     }
 
 #if TINFER_X86_TARGETS && defined(__AVX2__) && !defined(__AVX512F__)
