@@ -839,17 +839,26 @@ class AttentionKernel {
                 for (int r = 0; r < slice_registers; ++r)
                     detail::store_lanes(acc + h * head_dim + d0 + r * key_lanes, row[h][r]);
         }
-        if (d0 < head_dim) {  // the rest of a head_dim that is not a multiple of row_slice
-            for (int h = 0; h < H; ++h) {
-                float* const out = acc + h * head_dim;
+        // The rest of a head_dim that is not a multiple of row_slice.
+        fold_tail<H>(scores, values, lo, hi, correction, acc, d0);
+    }
+
+    // Dimensions d0 .. head_dim of the band's H output rows, element by element: rescaled, then
+    // every key's weight times its value added in key order (fold's and fold_one_query's tail).
+    template <int H>
+    void fold_tail(float const* scores, float const* values, int lo, int hi,
+                   float const (&correction)[H], float* acc, int d0) const {
+        int const head_dim = this->head_dim(), padded = padded_tile();
+        if (d0 >= head_dim) return;
+        for (int h = 0; h < H; ++h) {
+            float* const out = acc + h * head_dim;
 #pragma omp simd
-                for (int d = d0; d < head_dim; ++d) out[d] *= correction[h];
-                for (int j = lo; j <= hi; ++j) {
-                    float const p = scores[h * padded + j];
-                    float const* v = values + j * head_dim;
+            for (int d = d0; d < head_dim; ++d) out[d] *= correction[h];
+            for (int j = lo; j <= hi; ++j) {
+                float const p = scores[h * padded + j];
+                float const* v = values + static_cast<std::size_t>(j) * head_dim;
 #pragma omp simd
-                    for (int d = d0; d < head_dim; ++d) out[d] += p * v[d];
-                }
+                for (int d = d0; d < head_dim; ++d) out[d] += p * v[d];
             }
         }
     }
@@ -883,19 +892,8 @@ class AttentionKernel {
             for (int h = 0; h < H; ++h)
                 fold_head_slice<1>(scores + h * padded, values, lo, hi, correction[h],
                                    acc + h * head_dim + d0, d0);
-        if (d0 < head_dim) {  // the rest of a head_dim that is not a multiple of key_lanes
-            for (int h = 0; h < H; ++h) {
-                float* const out = acc + h * head_dim;
-#pragma omp simd
-                for (int d = d0; d < head_dim; ++d) out[d] *= correction[h];
-                for (int j = lo; j <= hi; ++j) {
-                    float const p = scores[h * padded + j];
-                    float const* v = values + static_cast<std::size_t>(j) * head_dim;
-#pragma omp simd
-                    for (int d = d0; d < head_dim; ++d) out[d] += p * v[d];
-                }
-            }
-        }
+        // The rest of a head_dim that is not a multiple of key_lanes.
+        fold_tail<H>(scores, values, lo, hi, correction, acc, d0);
     }
     // Registers of output a head's decode slice keeps: 64 dimensions on AVX2 (eight of AVX2's
     // sixteen registers, beside the value row's and the weight's), 64 on AVX-512 too.
