@@ -871,7 +871,7 @@ class AttentionKernel {
     // stack and in L1 at once (a spill and a store per register and key), and decode attention
     // from the L2 took 1.3-1.6 times as long (one query over 128 cached keys, old and new
     // alternated in one process, Zen 3, one thread: Gemma 3's shape 0.75 of the time, SmolLM2's
-    // 0.62); over keys evicted from the L2 first, SmolLM2's 0.81-0.93, Gemma 3's 1.00-1.04.
+    // 0.62); over keys evicted from the L2 first, SmolLM2's 0.81-0.93, Gemma 3's 1.03-1.04.
     // Each dimension still rescales once and then adds its keys in order, a multiply and an add
     // as fold's (contracted alike): fold's bits.
     template <int H>
