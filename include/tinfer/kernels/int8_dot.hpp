@@ -831,13 +831,16 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
                 for (int h = 0; h < halves; ++h)
                     acc[t][h] = add_legacy_block_256<Format>(acc[t][h], q8_sums[t][h], scales, h,
                                                              x[t].scale[b], x[t].sum[b]);
-        } else if constexpr (Format::high_bits && T >= 4) {
-            // Q5_0 / Q5_1 tiles of four or more: both halves' 5-bit values assembled once for
-            // the tile's tokens (per token they were most of its operations), then each
-            // activation broadcast serves the strip's 16 rows. GMAC/s from cache on the Zen 3,
-            // one thread: per token half by half 50-55 at four tokens; assembled once per half
-            // 57-60 at four, 60-66 at sixteen (2048 columns); both halves per broadcast 70-77
-            // at sixteen. Two or three tokens assemble per token (buffered: 3% slower).
+        } else if constexpr (T >= 4) {
+            // Tiles of four or more: both halves' 4- or 5-bit values unpacked once for the
+            // tile's tokens (per token they were most of its operations), then each activation
+            // broadcast serves the strip's 16 rows. GMAC/s from cache on the Zen 3, one thread,
+            // Q5_0: per token half by half 50-55 at four tokens; assembled once per half 57-60
+            // at four, 60-66 at sixteen (2048 columns); both halves per broadcast 70-77 at
+            // sixteen. Q4_1 and Q4_0 (a mask and a shift per register) at sixteen: 0.84-0.89 of
+            // the time of per-token unpacking at four (SmolLM2's 1536 x 576 and 576 x 1536, 512
+            // tokens, through linear_int8, alternated in one process). Two or three tokens
+            // unpack per token (Q5_0 buffered: 3% slower).
             __m256i decoded[halves][K][2];
             for (int h = 0; h < halves; ++h) {
                 __m256i const qh = load_256(p + Format::high_offset + 32 * h);
@@ -869,8 +872,9 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
         } else {
             for (int h = 0; h < halves; ++h) {
                 // The tokens' activation blocks, read again for each half: GCC 12 otherwise loaded
-                // every broadcast once for both halves and kept them on the stack (four tokens,
-                // GMAC/s from cache on the Zen 3: Q4_1 70 -> 73; Q5_0 56 -> 50, so not there).
+                // every broadcast once for both halves and kept them on the stack (measured at
+                // four tokens before those took the path above, GMAC/s from cache on the Zen 3:
+                // Q4_1 70 -> 73; Q5_0 56 -> 50, so not there).
                 std::int8_t const* xb[T];
                 for (int t = 0; t < T; ++t) {
                     xb[t] = x[t].q + b * int8_block_elements;

@@ -216,16 +216,17 @@ inline void combine_strip_outputs(float* __restrict row, float const (&g)[int8_s
 }
 
 // Tokens per register tile, first tiles of this many and then of half as many, where the AVX2
-// strip kernels unpack a block once per tile for all its tokens (the fifth bits of Q5_0 and
-// Q5_1, K-quant scales and minima, Q6_K's six-bit values): more tokens share each unpacking.
-// bench/int8_linear_bench, one thread, 2048 columns, 16 tokens, GMAC/s on the Zen 3, tiles of
-// 4 / 8 / 16: Q5_0 57-59 / 65-66 / 70-71, Q5_K 41 / 49 / 55-59, Q4_K 50-55 / 61-62 / 68,
-// Q6_K 28-31 / 40-45 / 44-45. Q4_0 and Q4_1 (a mask per register) gained nothing at 16 and
-// Q8_0 lost (60.8 -> 52.4: its 2T sums leave the registers), so they keep four.
+// strip kernels unpack a block once per tile for all its tokens (every format but Q8_0: the
+// nibbles, the fifth bits of Q5_0 and Q5_1, K-quant scales and minima, Q6_K's six-bit values):
+// more tokens share each unpacking. bench/int8_linear_bench, one thread, 2048 columns, 16
+// tokens, GMAC/s on the Zen 3, tiles of 4 / 8 / 16: Q5_0 57-59 / 65-66 / 70-71, Q5_K 41 / 49 /
+// 55-59, Q4_K 50-55 / 61-62 / 68, Q6_K 28-31 / 40-45 / 44-45. Q4_1 (SmolLM2's shapes, 512
+// tokens, time against its former per-token unpacking at four): 0.93-0.96 at 4, 0.84-0.89 at 16,
+// 32 another 2% slower than 16. Q8_0 lost (60.8 -> 52.4: its 2T sums leave the registers), so it
+// keeps four.
 template <DType W, Isa isa>
 constexpr int int8_wide_token_tile() {
-    constexpr bool unpacks = W == DType::q5_0 || W == DType::q5_1 || W == DType::q4_k ||
-                             W == DType::q5_k || W == DType::q6_k;
+    constexpr bool unpacks = W != DType::q8_0;
     return isa == Isa::avx2 && unpacks ? 4 * linear_token_tile : linear_token_tile;
 }
 
