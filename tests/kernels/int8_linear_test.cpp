@@ -159,10 +159,9 @@ void check_shapes(std::uint64_t seed) {
 
 // Each token alone, in a batch, on other thread counts and from an odd offset: bitwise equal.
 template <DType T, Isa isa>
-void check_batch_invariance(std::uint64_t seed, int rows, int cols) {
+void check_batch_invariance(std::uint64_t seed, int rows, int cols, int tokens = 23) {
     auto rng = tt::seeded_rng(seed);
     tt::TestWeights const w = tt::make_weights<T>(rng, rows, cols);
-    int const tokens = 23;
     std::vector<float> const x = tt::random_floats(rng, static_cast<std::size_t>(tokens) * cols);
     QuantizedRows const q = quantize(x, tokens, cols);
     Strips const strips(w.matrix);
@@ -507,27 +506,28 @@ BOOST_AUTO_TEST_CASE(layouts_are_checked) {
     BOOST_CHECK_THROW(k::repack_int8_strips(f16.matrix, again.data()), tinfer::Error);
 }
 
-// Batched steps hand strips out from a shared counter, one token and several token chunks keep
-// the static halves; a grab is never more than a thread's share, nor less than one strip. The
-// outputs are the same bits either way (portable_is_bitwise_native runs 5 tokens on 2 threads).
+// Steps of several tokens (batched decode, prefill of one or more token chunks) hand strips out
+// from a shared counter, one token keeps the static halves; a grab is never more than a
+// thread's share, nor less than one strip. The outputs are the same bits either way
+// (portable_is_bitwise_native runs 5 tokens on 2 threads).
 BOOST_AUTO_TEST_CASE(strip_sharing_grain_follows_its_rules) {
     using k::detail::dynamic_share_grain;
     int const chunk = k::linear_token_chunk(k::int8_row_bytes(640));
-    std::size_t const strip = 7040;                                  // a Q5_0 strip of 640 columns
-    BOOST_TEST(dynamic_share_grain(128, strip, 2, 1, chunk) == 0);   // decode
-    BOOST_TEST(dynamic_share_grain(128, strip, 2, 3, chunk) == 0);   // under 4 tokens
-    BOOST_TEST(dynamic_share_grain(128, strip, 1, 16, chunk) == 0);  // one thread
-    BOOST_TEST(dynamic_share_grain(128, strip, 2, chunk + 1, chunk) == 0);  // two chunks
-    BOOST_TEST(dynamic_share_grain(128, strip, 2, chunk, chunk) > 0);       // one chunk
+    std::size_t const strip = 7040;                                 // a Q5_0 strip of 640 columns
+    BOOST_TEST(dynamic_share_grain(128, strip, 2, 1) == 0);         // decode
+    BOOST_TEST(dynamic_share_grain(128, strip, 2, 3) == 0);         // under 4 tokens
+    BOOST_TEST(dynamic_share_grain(128, strip, 1, 16) == 0);        // one thread
+    BOOST_TEST(dynamic_share_grain(128, strip, 2, chunk) > 0);      // one chunk
+    BOOST_TEST(dynamic_share_grain(128, strip, 2, chunk + 1) > 0);  // two chunks
     // 16384 strips (Gemma 3's LM head): about eight grabs per thread.
-    BOOST_TEST(dynamic_share_grain(16384, 10880, 2, 16, chunk) == 16384 / 16);
+    BOOST_TEST(dynamic_share_grain(16384, 10880, 2, 16) == 16384 / 16);
     // Small strips: at least dynamic_share_min_bytes per grab.
     int const least = static_cast<int>((k::detail::dynamic_share_min_bytes + 99) / 100);
-    BOOST_TEST(dynamic_share_grain(100000, 100, 2, 16, chunk) == std::max(100000 / 16, least));
-    BOOST_TEST(dynamic_share_grain(1000, 100, 2, 16, chunk) == least);
+    BOOST_TEST(dynamic_share_grain(100000, 100, 2, 16) == std::max(100000 / 16, least));
+    BOOST_TEST(dynamic_share_grain(1000, 100, 2, 16) == least);
     // Few strips: never past a thread's share, never under one strip.
-    BOOST_TEST(dynamic_share_grain(3, strip, 2, 16, chunk) == 2);
-    BOOST_TEST(dynamic_share_grain(1, strip, 4, 16, chunk) == 1);
+    BOOST_TEST(dynamic_share_grain(3, strip, 2, 16) == 2);
+    BOOST_TEST(dynamic_share_grain(1, strip, 4, 16) == 1);
 }
 
 BOOST_AUTO_TEST_CASE(batch_invariant_bitwise) {
@@ -542,6 +542,9 @@ BOOST_AUTO_TEST_CASE(batch_invariant_bitwise) {
     check_batch_invariance<DType::q4_k, Isa::portable>(1408, 21, 256);
     check_batch_invariance<DType::q6_k, Isa::avx2>(1409, 21, 256);
     check_batch_invariance<DType::q5_k, Isa::native>(1410, 37, 768);
+    // Two token chunks on two threads, strips handed out from the shared counter in each.
+    check_batch_invariance<DType::q4_1, Isa::native>(
+        1411, 64, 576, k::linear_token_chunk(k::int8_row_bytes(576)) + 3);
 }
 
 // The fused epilogues are the separate operations, bitwise: gated = swiglu of two products,
