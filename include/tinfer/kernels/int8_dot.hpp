@@ -1353,8 +1353,12 @@ inline void int8_strip_row_q6_k_avx2(std::byte const* strip, Extent auto cols, I
 // gives the 6-bit values of all four activation blocks of half g (elements 4k.. of each), which
 // are stored to a 1 KiB buffer that every token of the tile reads (a register per block and
 // sub-block would need more than AVX2's 16). vpmaddubsw sums (at most 2 * 63 * 127) are added
-// two at a time in 16 bits (32004), then widened into one int32 sum per block and sub-block,
-// started at -32 sum(x) of its 16 activations.
+// two at a time in 16 bits (32004), then widened by vpmaddwd against their sub-block's (c, c)
+// scale pairs into one int32 sum per block, started at -32 (c0 sum0 + c1 sum1) of its two
+// sub-blocks' activations (one vpmaddwd of (c0, c1) against the pair (-16 sum0, -16 sum1),
+// doubled), as the one-token row does: the same integers as widening by ones and multiplying by
+// c with vpmulld, 13 multiply instructions per block and token instead of 14 (Gemma 3's 640 x
+// 2048, 512 tokens, one thread, alternated in one process: 0.947-0.956 of the time).
 template <int T>
 void int8_strip_tile_q6_k_avx2(std::byte const* strip, Extent auto cols, Int8Row const (&x)[T],
                                float (&out)[T][int8_strip_rows]) {
@@ -1367,17 +1371,23 @@ void int8_strip_tile_q6_k_avx2(std::byte const* strip, Extent auto cols, Int8Row
     __m256 acc[T][halves];
     for (int t = 0; t < T; ++t)
         for (int h = 0; h < halves; ++h) acc[t][h] = _mm256_setzero_ps();
-    __m256i const ones = _mm256_set1_epi16(1);
     __m256i decoded[4][8];  // [block m][register k]: 8 rows x 4 six-bit values
     int const supers = cols / Format::block_elements;
     for (int sb = 0; sb < supers; ++sb) {
         std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
         for (int g = 0; g < 2; ++g) {  // g: the super-block's half of 128 elements
             int const first_block = sb * 8 + 4 * g;
-            int x_sums[T][4][2];
+            // -16 sum(x) of each block's two sub-blocks as a pair of 16-bit values (s = 0 low).
+            std::int32_t offsets[T][4];
             for (int t = 0; t < T; ++t)
-                for (int m = 0; m < 4; ++m)
-                    sums_of_16_sse(x[t].q + (first_block + m) * int8_block_elements, x_sums[t][m]);
+                for (int m = 0; m < 4; ++m) {
+                    int x_sums[2];
+                    sums_of_16_sse(x[t].q + (first_block + m) * int8_block_elements, x_sums);
+                    offsets[t][m] = static_cast<std::int32_t>(
+                        static_cast<std::uint16_t>(-16 * x_sums[0]) |
+                        static_cast<std::uint32_t>(static_cast<std::uint16_t>(-16 * x_sums[1]))
+                            << 16);
+                }
             for (int h = 0; h < halves; ++h) {  // h: rows 8h .. 8h+7
                 // A quarter of a super-block at a time, as the one-token row asks.
                 prefetch_k_quant_part<Format, 4>(p, 2 * g + h);
@@ -1394,27 +1404,24 @@ void int8_strip_tile_q6_k_avx2(std::byte const* strip, Extent auto cols, Int8Row
                     decoded[3][k] = q6_k_values_256<3>(b, qh);
                 }
                 for (int m = 0; m < 4; ++m) {
-                    __m256i c[2];  // sub-blocks 8g + 2m and 8g + 2m + 1: int8 scales, extended
-                    for (int s = 0; s < 2; ++s) {
-                        int const sub = 8 * g + 2 * m + s;
-                        __m256i const packed = load_256(lanes + Format::scale_register_offset +
-                                                        (sub / 4) * Format::register_bytes);
-                        c[s] = _mm256_srai_epi32(
-                            _mm256_sll_epi32(packed, _mm_cvtsi32_si128(24 - 8 * (sub % 4))), 24);
-                    }
+                    // Sub-blocks 8g + 2m and 8g + 2m + 1: each one's (c, c) pairs, and (c0, c1).
+                    __m256i c[2];
+                    for (int s = 0; s < 2; ++s)
+                        c[s] = q6_k_scale_pairs_256(lanes, 8 * g + 2 * m + s);
+                    __m256i const both = _mm256_blend_epi16(c[0], c[1], 0xaa);
                     for (int t = 0; t < T; ++t) {
                         std::int8_t const* xq = x[t].q + (first_block + m) * int8_block_elements;
-                        __m256i total = _mm256_setzero_si256();
+                        // -32 (c0 sum0 + c1 sum1): one vpmaddwd, doubled.
+                        __m256i total = _mm256_madd_epi16(both, _mm256_set1_epi32(offsets[t][m]));
+                        total = _mm256_add_epi32(total, total);
                         for (int s = 0; s < 2; ++s) {
-                            __m256i sum = _mm256_set1_epi32(-32 * x_sums[t][m][s]);
                             for (int k = 4 * s; k < 4 * s + 4; k += 2) {
                                 __m256i const pairs = _mm256_add_epi16(
                                     _mm256_maddubs_epi16(decoded[m][k], four_256(xq + 4 * k)),
                                     _mm256_maddubs_epi16(decoded[m][k + 1],
                                                          four_256(xq + 4 * k + 4)));
-                                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, ones));
+                                total = _mm256_add_epi32(total, _mm256_madd_epi16(pairs, c[s]));
                             }
-                            total = _mm256_add_epi32(total, _mm256_mullo_epi32(sum, c[s]));
                         }
                         __m256 const scale =
                             _mm256_mul_ps(d, _mm256_set1_ps(x[t].scale[first_block + m]));
