@@ -843,7 +843,10 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
             // unpack per token (Q5_0 buffered: 3% slower).
             __m256i decoded[halves][K][2];
             for (int h = 0; h < halves; ++h) {
-                __m256i const qh = load_256(p + Format::high_offset + 32 * h);
+                // No qh register without fifth bits: at high_offset lie the scales (past the end
+                // of the block for Q4_0's second half).
+                __m256i const qh = Format::high_bits ? load_256(p + Format::high_offset + 32 * h)
+                                                     : _mm256_setzero_si256();
                 for (int k = 0; k < K; ++k)
                     legacy_values_256<Format>(load_256(p + k * Format::register_bytes + 32 * h), qh,
                                               k, decoded[h][k][0], decoded[h][k][1]);
