@@ -706,6 +706,13 @@ inline __m256i four_256(std::int8_t const* xq) {
     std::memcpy(&v, xq, 4);
     return _mm256_set1_epi32(v);
 }
+// A legacy block's fifth-bit register (qh) for half h, zero for the formats without one (at
+// high_offset they keep their scales, and for Q4_0's second half the block has ended).
+template <class Format>
+inline __m256i legacy_high_bits_256(std::byte const* block, int h) {
+    if constexpr (Format::high_bits) return load_256(block + Format::high_offset + 32 * h);
+    return _mm256_setzero_si256();
+}
 // The 4- or 5-bit values of a legacy format's register k (one half: 8 rows): low pairs with
 // elements 4k.., high with 16 + 4k..; qh is the half's fifth-bit register (Q5_0, Q5_1).
 template <class Format>
@@ -843,10 +850,7 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
             // unpack per token (Q5_0 buffered: 3% slower).
             __m256i decoded[halves][K][2];
             for (int h = 0; h < halves; ++h) {
-                // No qh register without fifth bits: at high_offset lie the scales (past the end
-                // of the block for Q4_0's second half).
-                __m256i const qh = Format::high_bits ? load_256(p + Format::high_offset + 32 * h)
-                                                     : _mm256_setzero_si256();
+                __m256i const qh = legacy_high_bits_256<Format>(p, h);
                 for (int k = 0; k < K; ++k)
                     legacy_values_256<Format>(load_256(p + k * Format::register_bytes + 32 * h), qh,
                                               k, decoded[h][k][0], decoded[h][k][1]);
@@ -888,11 +892,8 @@ void int8_strip_tile_avx2(std::byte const* strip, Extent auto cols, Int8Row cons
                     __m256i pairs_low = _mm256_setzero_si256(), pairs_high = pairs_low;
                     for (int k = 0; k < K; ++k) {
                         __m256i low, high;
-                        legacy_values_256<Format>(  // qh unread without fifth bits
-                            load_256(p + k * Format::register_bytes + 32 * h),
-                            Format::high_bits ? load_256(p + Format::high_offset + 32 * h)
-                                              : _mm256_setzero_si256(),
-                            k, low, high);
+                        legacy_values_256<Format>(load_256(p + k * Format::register_bytes + 32 * h),
+                                                  legacy_high_bits_256<Format>(p, h), k, low, high);
                         pairs_low = _mm256_add_epi16(
                             pairs_low, _mm256_maddubs_epi16(low, four_256(xq + 4 * k)));
                         pairs_high = _mm256_add_epi16(
@@ -950,9 +951,8 @@ void int8_strip_row_avx2(std::byte const* strip, Extent auto cols, Int8Row const
             // with fifth bits, 8 of 2 * 15 * 127 (low and high added) without.
             __m256i pairs[halves][2];
             for (auto& half : pairs) half[0] = half[1] = _mm256_setzero_si256();
-            __m256i qh[halves] = {};  // unread without fifth bits
-            if constexpr (Format::high_bits)
-                for (int h = 0; h < halves; ++h) qh[h] = load_256(p + Format::high_offset + 32 * h);
+            __m256i qh[halves];
+            for (int h = 0; h < halves; ++h) qh[h] = legacy_high_bits_256<Format>(p, h);
             for (int k = 0; k < K; ++k) {
                 __m256i const x_low = four_256(xq + 4 * k), x_high = four_256(xq + 16 + 4 * k);
                 for (int h = 0; h < halves; ++h) {

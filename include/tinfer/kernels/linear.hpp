@@ -260,8 +260,8 @@ inline void int8_strip_products(Cols cols, WeightMatrix const& w, int strip, Int
 }
 
 // How share_int8_strips hands out strips when a step multiplies at least
-// dynamic_share_min_tokens tokens (batched decode, prefill): from a
-// counter the team shares, about dynamic_share_grabs of a thread's share at a time and at
+// dynamic_share_min_tokens tokens (batched decode, prefill): from a counter the team shares,
+// about dynamic_share_grabs of a thread's share at a time and at
 // least dynamic_share_min_bytes of strips, so that a thread slowed by a neighbour on its core
 // (a shared guest) leaves its last strips to the others instead of the team waiting for it at
 // the next barrier. Gemma 3 batched decode, two threads, Zen 3 guest, alternated: the samples
