@@ -218,7 +218,7 @@ void check_portable_equals_native(std::uint64_t seed, int rows, int cols, int to
 
 // Prefill on AVX-512 multiplies panels (kernels/int8_panels.hpp) where the caller gives scratch,
 // the strips in place where it does not: both bitwise equal, for every format, over chunks of
-// tokens (the last one short of int8_panel_min_tokens<T>() takes the strips), column slices (cols
+// tokens (one chunk, or two of even length past linear_token_chunk), column slices (cols
 // past int8_panel_slice_blocks * 32), partial strips, threads, and for the gated pair.
 template <DType T>
 void check_panels_equal_strips(std::uint64_t seed, int rows, int cols) {
@@ -528,6 +528,36 @@ BOOST_AUTO_TEST_CASE(strip_sharing_grain_follows_its_rules) {
     // Few strips: never past a thread's share, never under one strip.
     BOOST_TEST(dynamic_share_grain(3, strip, 2, 16) == 2);
     BOOST_TEST(dynamic_share_grain(1, strip, 4, 16) == 1);
+}
+
+// A step's token chunks: whole tiles of 16 but the step's last, none longer than the L2 allows
+// (rounded down to whole tiles), no more of them than that bound needs, and as even as whole
+// tiles allow, so that only the step's end leaves a short tile.
+BOOST_AUTO_TEST_CASE(token_chunks_are_even_whole_tiles) {
+    int const tile = k::int8_widest_token_tile;
+    for (int const cols : {96, 576, 640, 1536, 2048, 6144}) {
+        int const longest = k::linear_token_chunk(k::int8_row_bytes(cols));
+        int const bound = std::max(longest / tile * tile, tile);
+        for (int tokens = 1; tokens <= 3000; ++tokens) {
+            int const chunk = k::even_token_chunk(tokens, longest, tile);
+            int const chunks = (tokens + chunk - 1) / chunk;
+            int const last = tokens - (chunks - 1) * chunk;
+            BOOST_TEST_REQUIRE(chunk % tile == 0, cols << " cols, " << tokens << " tokens");
+            BOOST_TEST_REQUIRE(chunk <= bound, cols << " cols, " << tokens << " tokens");
+            BOOST_TEST_REQUIRE(chunks == (tokens + bound - 1) / bound,
+                               cols << " cols, " << tokens << " tokens");
+            // As even as whole tiles allow: one tile fewer per chunk would need another chunk.
+            BOOST_TEST_REQUIRE((chunk == tile || (chunk - tile) * chunks < tokens),
+                               cols << " cols, " << tokens << " tokens");
+            BOOST_TEST_REQUIRE(last > 0);
+        }
+    }
+    // SmolLM2's 512-token prefill: its 1536-column rows in four chunks of 128, not 136 (each
+    // ending in a tile of 8), its 576-column rows in two of 256, not 340 and 172.
+    BOOST_TEST(k::even_token_chunk(512, k::linear_token_chunk(k::int8_row_bytes(1536)), tile) ==
+               128);
+    BOOST_TEST(k::even_token_chunk(512, k::linear_token_chunk(k::int8_row_bytes(576)), tile) ==
+               256);
 }
 
 BOOST_AUTO_TEST_CASE(batch_invariant_bitwise) {
