@@ -83,7 +83,7 @@ constexpr int int8_panel_min_tokens() {
 // The most tokens a chunk may have to take the panel path, so that its scratch has a bound that
 // grows with `cols` alone (a chunk's length comes from the activation rows' stride, and a
 // narrow matrix of a wide model, or a tensor-parallel shard, gets long chunks): real models'
-// chunks are 100-340 tokens (linear_token_chunk); longer ones take the strips, the same bits.
+// chunks are at most 96-336 tokens (even_token_chunk); longer ones take the strips, the same bits.
 inline constexpr int int8_panel_max_tokens = 256;
 
 // Bytes of the panel path's per-thread scratch at `cols` input features: a 64-byte alignment
