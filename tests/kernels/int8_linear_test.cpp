@@ -169,20 +169,27 @@ void check_batch_invariance(std::uint64_t seed, int rows, int cols, int tokens =
     tt::poison(std::span<float>(batch));
     k::linear_int8<T, isa>(strips.matrix, q.view(), tokens, batch.data(), 2);
     std::vector<float> alone(rows);
-    for (int t = 0; t < tokens; ++t) {
-        tt::poison(std::span<float>(alone));
-        k::linear_int8<T, isa>(strips.matrix, {q.bytes.data() + q.stride * t, q.stride}, 1,
-                               alone.data(), 1);
-        BOOST_TEST(std::memcmp(alone.data(), batch.data() + static_cast<std::size_t>(t) * rows,
-                               rows * sizeof(float)) == 0,
-                   "token " << t << " alone differs from the batch");
+    // One token on one thread (static shares) and on two (guided shares).
+    for (int const threads : {1, 2}) {
+        for (int t = 0; t < tokens; ++t) {
+            tt::poison(std::span<float>(alone));
+            k::linear_int8<T, isa>(strips.matrix, {q.bytes.data() + q.stride * t, q.stride}, 1,
+                                   alone.data(), threads);
+            BOOST_TEST(
+                std::memcmp(alone.data(), batch.data() + static_cast<std::size_t>(t) * rows,
+                            rows * sizeof(float)) == 0,
+                "token " << t << " alone on " << threads << " thread(s) differs from the batch");
+        }
     }
-    int const first = 3, count = 7;
-    std::vector<float> part(static_cast<std::size_t>(count) * rows);
-    k::linear_int8<T, isa>(strips.matrix, {q.bytes.data() + q.stride * first, q.stride}, count,
-                           part.data(), 1);
-    BOOST_TEST(std::memcmp(part.data(), batch.data() + static_cast<std::size_t>(first) * rows,
-                           part.size() * sizeof(float)) == 0);
+    // Parts of the batch: 7 tokens on one thread, 3 on two (guided shares).
+    for (auto const& [first, count, threads] : {std::tuple{3, 7, 1}, std::tuple{5, 3, 2}}) {
+        std::vector<float> part(static_cast<std::size_t>(count) * rows);
+        k::linear_int8<T, isa>(strips.matrix, {q.bytes.data() + q.stride * first, q.stride}, count,
+                               part.data(), threads);
+        BOOST_TEST(std::memcmp(part.data(), batch.data() + static_cast<std::size_t>(first) * rows,
+                               part.size() * sizeof(float)) == 0,
+                   count << " tokens from " << first << " on " << threads << " thread(s)");
+    }
 }
 
 // Whether this CPU executes version `isa` (the emulated build: AVX-512 through SIMDe).
@@ -507,7 +514,7 @@ BOOST_AUTO_TEST_CASE(layouts_are_checked) {
 }
 
 // Steps of several tokens (batched decode, prefill of one or more token chunks) hand strips out
-// from a shared counter, one token keeps the static halves; a grab is never more than a
+// from a shared counter, fewer take guided shares (grain 0); a grab is never more than a
 // thread's share, nor less than one strip. The outputs are the same bits either way
 // (portable_is_bitwise_native runs 5 tokens on 2 threads).
 BOOST_AUTO_TEST_CASE(strip_sharing_grain_follows_its_rules) {

@@ -279,9 +279,15 @@ inline void int8_strip_products(Cols cols, WeightMatrix const& w, int strip, Int
 // (a shared guest) leaves its last strips to the others instead of the team waiting for it at
 // the next barrier. Gemma 3 batched decode, two threads, Zen 3 guest, alternated: the samples
 // spent waiting in libgomp at 16 sequences 6.1-7.2% -> 3.7-4.5%, tokens/s medians of five at 8
-// and 16 sequences 255 -> 283 and 270 -> 284. One token keeps the static halves:
-// there each matrix is a stream of memory reads, and a loop from the shared counter cost
-// SmolLM2's two-thread decode 5-15% (180 small matrices a token). Steps of several token
+// and 16 sequences 255 -> 283 and 270 -> 284. Fewer tokens (decode of one to three
+// sequences) on several threads take guided shares instead: half the strips to the first
+// thread to ask as one run, half the rest to the next, down to guided_share_min_strips, so
+// that each matrix is still one long stream of memory reads a thread (a counter handing out
+// an eighth of a share at a time had cost SmolLM2's two-thread decode 5-15%, 180 small
+// matrices a token) while a thread slowed by a neighbour leaves the tail to the other. Against
+// static halves, two threads, steps alternated one by one in one process, median time: tg128
+// SmolLM2 0.97 (30 runs), Gemma 3 0.98 (30); SmolLM2 two and three sequences 0.98 and 0.97
+// (10 runs of 128 steps); smallest grabs of 1, 4 or 8 strips the same. Steps of several token
 // chunks (a long prefill) share dynamically too, though a thread then finds only part of its
 // strips of the last chunk in its L2: pp512 on two threads, both ways alternated repetition by
 // repetition in one process (11-12 each), medians Gemma 3 655 -> 711 t/s, SmolLM2 823 -> 806
@@ -289,8 +295,10 @@ inline void int8_strip_products(Cols cols, WeightMatrix const& w, int strip, Int
 inline constexpr int dynamic_share_min_tokens = 4;
 inline constexpr int dynamic_share_grabs = 8;
 inline constexpr std::size_t dynamic_share_min_bytes = 32 * 1024;
+inline constexpr int guided_share_min_strips = 4;
 
-// Strips per grab for a matrix of `strips` strips of `strip_bytes` over `threads` (0: static).
+// Strips per grab for a matrix of `strips` strips of `strip_bytes` over `threads` (0: not from
+// the counter: guided shares on several threads, static on one).
 inline int dynamic_share_grain(int strips, std::size_t strip_bytes, int threads, int tokens) {
     if (threads < 2 || tokens < dynamic_share_min_tokens) return 0;
     auto const least = static_cast<int>((dynamic_share_min_bytes + strip_bytes - 1) / strip_bytes);
@@ -307,12 +315,16 @@ inline void share_int8_strips(int rows, int tokens, std::size_t x_row_bytes,
     int const strips = (rows + int8_strip_rows - 1) / int8_strip_rows;
     int const chunk =
         even_token_chunk(tokens, linear_token_chunk(x_row_bytes), int8_widest_token_tile);
-    int const grain = dynamic_share_grain(strips, strip_bytes, omp_get_num_threads(), tokens);
+    int const threads = omp_get_num_threads();
+    int const grain = dynamic_share_grain(strips, strip_bytes, threads, tokens);
     for (int first = 0; first < tokens; first += chunk) {
         int const last = std::min(tokens, first + chunk);
         prepare(first, last);
         if (grain > 0) {
 #pragma omp for schedule(dynamic, grain) nowait
+            for (int strip = 0; strip < strips; ++strip) run(strip, first, last);
+        } else if (threads > 1) {
+#pragma omp for schedule(guided, guided_share_min_strips) nowait
             for (int strip = 0; strip < strips; ++strip) run(strip, first, last);
         } else {
 #pragma omp for schedule(static) nowait
