@@ -415,23 +415,28 @@ void int8_strip_tile_q6_k_portable(std::byte const* strip, Extent auto cols, Int
 }
 
 #if TINFER_X86_TARGETS
-// Decode tiles (1-3 tokens) stream each strip block from memory once. For Q8_0, Q5_K and Q6_K,
-// asking for all of a block's lines as it starts (and the next block's first) keeps them in
-// flight together: int8_linear_bench, one token streamed over 192 MiB, Zen 4, one thread, A/B
-// alternated in one process: Q6_K 7.5 -> 22.8 GB/s and Q5_K 7.7 -> 14.6 (their kernels read a
-// block's fields in several passes kilobytes apart), Q8_0 20 -> 26. The other formats streamed
-// no faster, and every format lost with the matrix in cache (Q8_0 61 -> 41 GB/s), so they and
-// the wider tiles, which reuse a strip from cache, skip it. Q8_0's and Q6_K's prefetches are
-// pinned ahead of the block's loads: with the order left to GCC 12 it issued the first loads
-// before them and Q8_0 streamed 10% slower (31.4 -> 28.4 GB/s, six alternations). Q5_K's are
-// left free: 15.2 -> 18.3 GB/s (four alternations). Its prefetch loop is the same instructions
-// either way, so the gain is in how GCC then lays out the kernel's loads: measure again when a
-// kernel changes.
+// Decode tiles (1-3 tokens) stream each strip block from memory once, and ask for the block
+// avx512_decode_prefetch_bytes ahead as each block starts (the next strips follow in memory),
+// every format. Decode's reads come from memory, or from a last-level cache far from the core
+// (a Xeon guest whose 480 MiB L3 holds the whole model), and need many lines in flight that the
+// hardware prefetchers alone do not ask for: decode steps alternated token by token in one run
+// (llama_bench, 4 runs of 128 tokens, that Xeon), against the earlier scheme below, the step
+// took 0.84-0.87x the time on SmolLM2 (Q4_1 layers, Q8_0 LM head) at one and two threads and
+// 0.88x / 0.80x on Gemma 3 (Q5_0, Q8_0, Q4_K, Q6_K) at one / two; 1, 2, 4, 12 and 16 KiB
+// ahead gave 0.95, 0.90, 0.88, 0.86 and 0.86x on SmolLM2 at one thread. Before: Q8_0, Q5_K and
+// Q6_K asked for the rest of the current block (Zen 4, one token streamed over 192 MiB: Q6_K
+// 7.5 -> 22.8 GB/s, Q5_K 7.7 -> 14.6, Q8_0 20 -> 26; the others no faster), not yet measured
+// against this on the Zen 4. The wider tiles reuse a strip from cache and skip it (from cache a
+// prefetch per block cost Q8_0 61 -> 41 GB/s on the Zen 4). Pinned ahead of the block's loads:
+// with the order left to GCC 12 it issued the first loads before them and Q8_0 streamed 10%
+// slower on the Zen 4; Q5_K's are left free, which streamed 15.2 -> 18.3 GB/s there, by how
+// GCC then lays out that kernel's loads. Measure again when a kernel changes.
+inline constexpr std::size_t avx512_decode_prefetch_bytes = 8192;
 template <DType W, int T>
 inline void prefetch_decode_block(std::byte const* block) {
-    if constexpr (T <= 3 && (W == DType::q8_0 || W == DType::q5_k || W == DType::q6_k))
+    if constexpr (T <= 3)
         prefetch_bytes<W == DType::q5_k ? PrefetchOrder::free : PrefetchOrder::pinned>(
-            block + 64, Int8StripFormat<W>::block_bytes);
+            block + avx512_decode_prefetch_bytes, Int8StripFormat<W>::block_bytes);
 }
 
 TINFER_BEGIN_TARGET_AVX512
