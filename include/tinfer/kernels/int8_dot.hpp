@@ -415,26 +415,28 @@ void int8_strip_tile_q6_k_portable(std::byte const* strip, Extent auto cols, Int
 }
 
 #if TINFER_X86_TARGETS
-// Decode tiles (1-3 tokens) stream each strip block from memory once, and ask for the block
-// avx512_decode_prefetch_bytes ahead as each block starts (the next strips follow in memory),
-// every format. Decode's reads come from memory, or from a last-level cache far from the core
-// (a Xeon guest whose 480 MiB L3 holds the whole model), and need many lines in flight that the
-// hardware prefetchers alone do not ask for: decode steps alternated token by token in one run
-// (llama_bench, 4 runs of 128 tokens, that Xeon), against the earlier scheme below, the step
-// took 0.84-0.87x the time on SmolLM2 (Q4_1 layers, Q8_0 LM head) at one and two threads and
-// 0.88x / 0.80x on Gemma 3 (Q5_0, Q8_0, Q4_K, Q6_K) at one / two; 1, 2, 4, 12 and 16 KiB
-// ahead gave 0.95, 0.90, 0.88, 0.86 and 0.86x on SmolLM2 at one thread. Before: Q8_0, Q5_K and
-// Q6_K asked for the rest of the current block (Zen 4, one token streamed over 192 MiB: Q6_K
-// 7.5 -> 22.8 GB/s, Q5_K 7.7 -> 14.6, Q8_0 20 -> 26; the others no faster), not yet measured
-// against this on the Zen 4. The wider tiles reuse a strip from cache and skip it (from cache a
-// prefetch per block cost Q8_0 61 -> 41 GB/s on the Zen 4). Pinned ahead of the block's loads:
-// with the order left to GCC 12 it issued the first loads before them and Q8_0 streamed 10%
-// slower on the Zen 4; Q5_K's are left free, which streamed 15.2 -> 18.3 GB/s there, by how
-// GCC then lays out that kernel's loads. Measure again when a kernel changes.
+// A tile that streams its strip from memory (decode, the first tile over a strip in a chunk of
+// tokens: `streamed`) asks for each block avx512_decode_prefetch_bytes ahead as it starts (the
+// next strips follow in memory), every format. Decode's reads come from memory, or from a
+// last-level cache far from the core (a Xeon guest whose 480 MiB L3 holds the whole model), and
+// need more lines in flight than the hardware prefetchers ask for. Decode steps alternated
+// token by token in one run (llama_bench, 3-4 runs of 128 steps, that Xeon), one and two
+// threads: one token, against the earlier scheme below, 0.84-0.87x the time on SmolLM2 (Q4_1
+// layers, Q8_0 LM head), 0.88x / 0.80x on Gemma 3 (Q5_0, Q8_0, Q4_K, Q6_K); 1, 2, 4, 12 and 16
+// KiB ahead gave 0.95, 0.90, 0.88, 0.86 and 0.86x on SmolLM2 at one thread. Batches, against
+// no prefetch: 4 sequences 0.64x / 0.80x (SmolLM2) and 0.78x / 0.75x (Gemma 3), 8 sequences
+// 0.75x / 0.87x and 0.91x, 16 sequences 0.86x and 0.95x. A tile that finds the strip in cache
+// skips it (from cache a prefetch per block cost Q8_0 61 -> 41 GB/s on a Zen 4). Before, Q8_0,
+// Q5_K and Q6_K decode asked for the rest of the current block (Zen 4, one token over 192 MiB:
+// Q6_K 7.5 -> 22.8 GB/s, Q5_K 7.7 -> 14.6, Q8_0 20 -> 26; the others no faster), not yet
+// measured against this on the Zen 4. Pinned ahead of the block's loads: with the order left
+// to GCC 12 it issued the first loads before them and Q8_0 streamed 10% slower on the Zen 4;
+// Q5_K's are left free, which streamed 15.2 -> 18.3 GB/s there, by how GCC then lays out that
+// kernel's loads. Measure again when a kernel changes.
 inline constexpr std::size_t avx512_decode_prefetch_bytes = 8192;
-template <DType W, int T>
-inline void prefetch_decode_block(std::byte const* block) {
-    if constexpr (T <= 3)
+template <DType W>
+inline void prefetch_streamed_block(std::byte const* block, bool streamed) {
+    if (streamed)
         prefetch_bytes<W == DType::q5_k ? PrefetchOrder::free : PrefetchOrder::pinned>(
             block + avx512_decode_prefetch_bytes, Int8StripFormat<W>::block_bytes);
 }
@@ -491,7 +493,7 @@ inline __m512i q8_unshift_512(std::int8_t const* xq) {
 
 template <DType W, int T>
 void int8_strip_tile_avx512(std::byte const* strip, Extent auto cols, Int8Row const (&x)[T],
-                            float (&out)[T][int8_strip_rows]) {
+                            float (&out)[T][int8_strip_rows], bool streamed) {
     using Format = Int8StripFormat<W>;
     constexpr int K = Format::registers;
     __m512 acc[T];
@@ -501,7 +503,7 @@ void int8_strip_tile_avx512(std::byte const* strip, Extent auto cols, Int8Row co
     int const blocks = cols / int8_block_elements;
     for (int b = 0; b < blocks; ++b) {
         std::byte const* p = strip + static_cast<std::size_t>(b) * Format::block_bytes;
-        prefetch_decode_block<W, T>(p);
+        prefetch_streamed_block<W>(p, streamed);
         // Q4/Q5: low[k] pairs with elements 4k.., high[k] with 16 + 4k..; Q8: low[k] with 4k...
         __m512i low[K], high[Format::nibbles ? K : 1];
         for (int k = 0; k < K; ++k) {
@@ -549,7 +551,8 @@ void int8_strip_tile_avx512(std::byte const* strip, Extent auto cols, Int8Row co
 
 template <DType W, int T>
 void int8_strip_tile_k_minimum_avx512(std::byte const* strip, Extent auto cols,
-                                      Int8Row const (&x)[T], float (&out)[T][int8_strip_rows]) {
+                                      Int8Row const (&x)[T], float (&out)[T][int8_strip_rows],
+                                      bool streamed) {
     using Format = Int8StripFormat<W>;
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
@@ -558,7 +561,7 @@ void int8_strip_tile_k_minimum_avx512(std::byte const* strip, Extent auto cols,
     int const supers = cols / Format::block_elements;
     for (int sb = 0; sb < supers; ++sb) {
         std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
-        prefetch_decode_block<W, T>(p);
+        prefetch_streamed_block<W>(p, streamed);
         __m512 const d = load_halves_512(p + Format::scales_offset);
         __m512 const dmin = load_halves_512(p + Format::scales_offset + Format::scale_array_bytes);
         __m512i const packed[3] = {load_512(p + Format::scale_register_offset),
@@ -602,7 +605,7 @@ void int8_strip_tile_k_minimum_avx512(std::byte const* strip, Extent auto cols,
 
 template <int T>
 void int8_strip_tile_q6_k_avx512(std::byte const* strip, Extent auto cols, Int8Row const (&x)[T],
-                                 float (&out)[T][int8_strip_rows]) {
+                                 float (&out)[T][int8_strip_rows], bool streamed) {
     using Format = Int8StripFormat<DType::q6_k>;
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
@@ -611,7 +614,7 @@ void int8_strip_tile_q6_k_avx512(std::byte const* strip, Extent auto cols, Int8R
     int const supers = cols / Format::block_elements;
     for (int sb = 0; sb < supers; ++sb) {
         std::byte const* p = strip + static_cast<std::size_t>(sb) * Format::block_bytes;
-        prefetch_decode_block<DType::q6_k, T>(p);
+        prefetch_streamed_block<DType::q6_k>(p, streamed);
         __m512 const d = load_halves_512(p + Format::scales_offset);
         for (int h = 0; h < 2; ++h) {
             for (int m = 0; m < 4; ++m) {
@@ -1450,8 +1453,9 @@ TINFER_END_TARGET_AVX2
 
 // out[t][r] = row r of the strip . x[t], the strip in the layout above with `cols` columns (a
 // static or a dynamic extent, core/extent.hpp: the same source either way). `streamed`: the strip
-// comes from memory (the first tile over it in a chunk of tokens), so the AVX2 tiles of the
-// legacy formats ask for it ahead; the other kernels prefetch as their comments say.
+// comes from memory (the first tile over it in a chunk of tokens), so the AVX-512 tiles and the
+// AVX2 tiles of the legacy formats ask for it ahead; the other kernels prefetch as their
+// comments say.
 template <DType W, int T, Isa isa = Isa::native>
 inline void int8_strip_tile(std::byte const* strip, Extent auto cols, Int8Row const (&x)[T],
                             float (&out)[T][int8_strip_rows], bool streamed = true) {
@@ -1466,11 +1470,11 @@ inline void int8_strip_tile(std::byte const* strip, Extent auto cols, Int8Row co
 #if TINFER_X86_TARGETS
     } else if constexpr (isa == Isa::avx512) {
         if constexpr (k_minimum) {
-            detail::int8_strip_tile_k_minimum_avx512<W, T>(strip, cols, x, out);
+            detail::int8_strip_tile_k_minimum_avx512<W, T>(strip, cols, x, out, streamed);
         } else if constexpr (W == DType::q6_k) {
-            detail::int8_strip_tile_q6_k_avx512<T>(strip, cols, x, out);
+            detail::int8_strip_tile_q6_k_avx512<T>(strip, cols, x, out, streamed);
         } else {
-            detail::int8_strip_tile_avx512<W, T>(strip, cols, x, out);
+            detail::int8_strip_tile_avx512<W, T>(strip, cols, x, out, streamed);
         }
     } else if constexpr (isa == Isa::avx2) {
         if constexpr (k_minimum) {
