@@ -422,9 +422,9 @@ void int8_strip_tile_q6_k_portable(std::byte const* strip, Extent auto cols, Int
 // need more lines in flight than the hardware prefetchers ask for. Decode steps alternated
 // token by token in one run (llama_bench, 3-4 runs of 128 steps, that Xeon), one and two
 // threads: one token, against the earlier scheme below, 0.84-0.87x the time on SmolLM2 (Q4_1
-// layers, Q8_0 LM head), 0.88x / 0.80x on Gemma 3 (Q5_0, Q8_0, Q4_K, Q6_K); 1, 2, 4, 12 and 16
-// KiB ahead gave 0.95, 0.90, 0.88, 0.86 and 0.86x on SmolLM2 at one thread. Batches, against
-// no prefetch: 4 sequences 0.64x / 0.80x (SmolLM2) and 0.78x / 0.75x (Gemma 3), 8 sequences
+// layers, Q8_0 LM head), 0.88x / 0.80x on Gemma 3 (Q5_0, Q8_0, Q4_K, Q6_K); Q4_1's blocks alone
+// 1, 2, 4 and 16 KiB ahead gave 0.94, 0.90, 0.88 and 0.86x on SmolLM2 at one thread. Batches,
+// against no prefetch: 4 sequences 0.64x / 0.80x (SmolLM2) and 0.78x / 0.75x (Gemma 3), 8 sequences
 // 0.75x / 0.87x and 0.91x, 16 sequences 0.86x and 0.95x. A tile that finds the strip in cache
 // skips it (from cache a prefetch per block cost Q8_0 61 -> 41 GB/s on a Zen 4). Before, Q8_0,
 // Q5_K and Q6_K decode asked for the rest of the current block (Zen 4, one token over 192 MiB:
