@@ -7,9 +7,8 @@
 // standard deviation. Also: batched decode (B sequences decoding together, total t/s), the
 // achieved weight-read bandwidth of decode against the bandwidth this program measures over a
 // buffer of the file's size (at the start and again beside each tg repetition, which the tg
-// row's share uses), pp's
-// matrix multiply-accumulates against the measured int8 dot rate, and where one decode step's
-// time goes (layers, LM head, sampler, the rest).
+// row's share uses), pp's matrix multiply-accumulates against the measured int8 dot rate, and
+// where one decode step's time goes (layers, LM head, sampler, the rest).
 #include <algorithm>
 #include <chrono>
 #include <cmath>

@@ -63,7 +63,7 @@ class ReadBandwidth {
     // number of passes, more when another buffer (the model's weights) was read over and over
     // before it: on a Xeon guest with a 480 MiB L3, a 98 MB buffer read at 16, 15, 19, 24, 27,
     // 28 and then 29 GB/s pass after pass on one thread, and a 253 MB one after another of that
-    // size went from 23 to 39 GB/s over some 50 passes on two. Decode's 128 tokens are as long.
+    // size went from 23 to 39 GB/s over some 50 passes on two; tg128 reads its weights 128 times.
     double measure(int threads, int runs = 5, int warm_passes = 64) const {
         auto const start = std::chrono::steady_clock::now();
         for (int w = 0; w < warm_passes && seconds_since(start) < 1.0; ++w) sink_ = sum(threads);
