@@ -226,7 +226,9 @@ void check_portable_equals_native(std::uint64_t seed, int rows, int cols, int to
 // Prefill on AVX-512 multiplies panels (kernels/int8_panels.hpp) where the caller gives scratch,
 // the strips in place where it does not: both bitwise equal, for every format, over chunks of
 // tokens (one chunk, or two of even length past linear_token_chunk), column slices (cols
-// past int8_panel_slice_blocks * 32), partial strips, threads, and for the gated pair.
+// past int8_panel_slice_blocks * 32), partial strips, threads, and for the gated pair. Where
+// amx_int8_ready, tiles of 16 tokens take AMX (37 tokens: two such tiles, then 4 + 1 on VNNI),
+// every format but Q6_K, an odd number of blocks per slice included (1248 columns: 16, 16, 7).
 template <DType T>
 void check_panels_equal_strips(std::uint64_t seed, int rows, int cols) {
     auto rng = tt::seeded_rng(seed);
@@ -487,6 +489,8 @@ BOOST_AUTO_TEST_CASE(panels_are_bitwise_the_strips) {
         BOOST_TEST_MESSAGE("this CPU has no AVX-512 VNNI: kernels_avx512_emulated_test runs it");
         return;
     }
+    BOOST_TEST_MESSAGE(
+        (k::amx_int8_ready() ? "tiles of 16 tokens on AMX" : "no AMX here: the VNNI panels alone"));
     check_panels_equal_strips<DType::q4_0>(3100, 37, 1248);
     check_panels_equal_strips<DType::q4_1>(3101, 19, 576);
     check_panels_equal_strips<DType::q5_0>(3102, 37, 640);

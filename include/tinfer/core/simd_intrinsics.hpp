@@ -34,6 +34,8 @@
 #define TINFER_END_TARGET_AVX2 _Pragma("clang attribute pop")
 #define TINFER_BEGIN_TARGET_AVX512 _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni\"))), apply_to = function)")
 #define TINFER_END_TARGET_AVX512 _Pragma("clang attribute pop")
+#define TINFER_BEGIN_TARGET_AMX _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8\"))), apply_to = function)")
+#define TINFER_END_TARGET_AMX _Pragma("clang attribute pop")
 // clang-format on
 #elif TINFER_X86_TARGETS
 // -Wpsabi: GCC notes that the regions' lambdas return vectors "without AVX enabled" (it checks
@@ -48,6 +50,19 @@
         _Pragma("GCC target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni\")") \
             _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wpsabi\"")
 #define TINFER_END_TARGET_AVX512 _Pragma("GCC diagnostic pop") _Pragma("GCC pop_options")
+#define TINFER_BEGIN_TARGET_AMX                                                                 \
+    _Pragma("GCC push_options") _Pragma(                                                        \
+        "GCC target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8\")") \
+        _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wpsabi\"")
+#define TINFER_END_TARGET_AMX _Pragma("GCC diagnostic pop") _Pragma("GCC pop_options")
+#endif
+// TINFER_BEGIN_TARGET_AMX ... TINFER_END_TARGET_AMX: the AVX-512 set plus AMX-TILE and AMX-INT8
+// (the prefill panels' tile products, kernels/int8_panels.hpp), on Linux only, where a process
+// asks for the tile state (kernels/isa.hpp, amx_int8_ready), and never under SIMDe.
+#if TINFER_X86_TARGETS && defined(__linux__) && !defined(TINFER_EMULATED_AVX512)
+#define TINFER_AMX_TARGETS 1
+#else
+#define TINFER_AMX_TARGETS 0
 #endif
 #if defined(TINFER_EMULATED_AVX512)
 #undef TINFER_BEGIN_TARGET_AVX512

@@ -33,6 +33,7 @@
 #include <tinfer/core/dtype.hpp>
 #include <tinfer/kernels/int8_activations.hpp>
 #include <tinfer/kernels/int8_dot.hpp>
+#include <tinfer/kernels/isa.hpp>
 
 #include <tinfer/core/simd_intrinsics.hpp>
 
@@ -280,6 +281,98 @@ void int8_panel_tile_avx512(std::byte const* panel, int b0, int b1, Int8Row cons
 }
 
 TINFER_END_TARGET_AVX512
+
+#if TINFER_AMX_TARGETS
+// AMX (where amx_int8_ready): 16 tokens at once. Per block, one tdpbsud multiplies the tokens'
+// 32 signed activation bytes (tile A: 16 rows, the tokens' rows x.stride apart) by the panel
+// block's values (tile B: its 8 registers as they are, which is AMX's layout for K = 32: row k
+// holds each weight row's elements 4k .. 4k+3) into C, 16 tokens x 16 rows of int32 sums: the
+// same integers as int8_panel_tile_avx512's two vpdpbusd chains (integer sums do not depend on
+// their order; Q8_0's -128 sum(x) is added to them). The float steps then run on C's rows in
+// that kernel's order, so the outputs are its bits. Not Q6_K, whose two sub-blocks of 16 each
+// have their own integer scale.
+inline constexpr int amx_tile_tokens = 16;
+
+TINFER_BEGIN_TARGET_AMX
+// Tiles 0 and 3: C (16 x 64 bytes), 1 and 4: A (16 x 32), 2 and 5: B (8 x 64). Loaded by
+// each call, since a thread's tile configuration is its own and other code may change it.
+struct alignas(64) AmxPanelTiles {
+    std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    std::uint16_t bytes_per_row[16] = {64, 32, 64, 64, 32, 64};
+    std::uint8_t rows[16] = {16, 16, 8, 16, 16, 8};
+};
+
+// The float steps of block b on its C rows `sums`, in int8_panel_tile_avx512's order.
+template <DType W>
+inline void amx_block_steps(std::byte const* p, int b, Int8Row const (&x)[amx_tile_tokens],
+                            std::int32_t const (&sums)[amx_tile_tokens][int8_strip_rows],
+                            __m512 (&acc)[amx_tile_tokens]) {
+    using Panel = Int8PanelFormat<W>;
+    __m512 const scale = _mm512_loadu_ps(reinterpret_cast<float const*>(p + Panel::scale_offset));
+    for (int t = 0; t < amx_tile_tokens; ++t) {
+        std::int8_t const* xq = x[t].q + b * int8_block_elements;
+        __m512 const token_scale = _mm512_mul_ps(scale, _mm512_set1_ps(x[t].scale[b]));
+        __m512i total = _mm512_load_si512(sums[t]);
+        if constexpr (!Int8StripFormat<W>::nibbles)
+            total = _mm512_add_epi32(q8_unshift_512(xq), total);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), token_scale, acc[t]);
+        if constexpr (Int8StripFormat<W>::offset_term)
+            acc[t] = _mm512_fmadd_ps(
+                _mm512_loadu_ps(reinterpret_cast<float const*>(p + Panel::factors_offset)),
+                _mm512_set1_ps(x[t].sum[b]), acc[t]);
+    }
+}
+
+// Two blocks per round (C in tiles 0 and 3, A in 1 and 4, B in 2 and 5), so that the second
+// block's tile product runs while the first block's float steps do.
+template <DType W>
+void int8_panel_tile_amx(std::byte const* panel, int b0, int b1, Int8Row const (&x)[16],
+                         std::size_t x_stride, float const* in, float* out) {
+    using Panel = Int8PanelFormat<W>;
+    static_assert(!Panel::q6_k, "int8_panel_tile_amx: Q6_K stays on the VNNI panels");
+    constexpr int T = amx_tile_tokens;
+    alignas(64) std::int32_t sums[2][T][int8_strip_rows];
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t)
+        acc[t] = in ? _mm512_loadu_ps(in + int8_strip_rows * t) : _mm512_setzero_ps();
+    auto const block = [&](int b) {
+        return panel + static_cast<std::size_t>(b) * Panel::block_bytes;
+    };
+    auto const activations = [&](int b) { return x[0].q + b * int8_block_elements; };
+    long const stride = static_cast<long>(x_stride);
+    constexpr long sums_stride = int8_strip_rows * sizeof(std::int32_t);
+    int b = b0;
+    for (; b + 2 <= b1; b += 2) {
+        _tile_zero(0);
+        _tile_zero(3);
+        _tile_loadd(1, activations(b), stride);
+        _tile_loadd(2, block(b), 64);
+        _tile_loadd(4, activations(b + 1), stride);
+        _tile_loadd(5, block(b + 1), 64);
+        _tile_dpbsud(0, 1, 2);
+        _tile_dpbsud(3, 4, 5);
+        _tile_stored(0, sums[0], sums_stride);
+        amx_block_steps<W>(block(b), b, x, sums[0], acc);
+        _tile_stored(3, sums[1], sums_stride);
+        amx_block_steps<W>(block(b + 1), b + 1, x, sums[1], acc);
+    }
+    if (b < b1) {
+        _tile_zero(0);
+        _tile_loadd(1, activations(b), stride);
+        _tile_loadd(2, block(b), 64);
+        _tile_dpbsud(0, 1, 2);
+        _tile_stored(0, sums[0], sums_stride);
+        amx_block_steps<W>(block(b), b, x, sums[0], acc);
+    }
+    for (int t = 0; t < T; ++t) _mm512_storeu_ps(out + int8_strip_rows * t, acc[t]);
+}
+
+inline void load_amx_panel_tiles() {
+    static AmxPanelTiles const tiles;
+    _tile_loadconfig(&tiles);
+}
+TINFER_END_TARGET_AMX
+#endif
 }  // namespace detail
 
 // Decodes strip `strip` of the int8-strip matrix w into `panel` (Int8PanelFormat<W>::bytes).
@@ -299,6 +392,10 @@ void int8_panel_products(std::byte const* const (&panels)[P], int cols, Int8Rows
                          int last, int const* sums, float* partial, Emit&& emit) {
     int const blocks = cols / int8_block_elements;
     std::size_t const partial_stride = static_cast<std::size_t>(last - first) * int8_strip_rows;
+#if TINFER_AMX_TARGETS
+    bool const amx = W != DType::q6_k && amx_int8_ready();
+    if (amx) detail::load_amx_panel_tiles();
+#endif
     for (int b0 = 0; b0 < blocks; b0 += int8_panel_slice_blocks) {
         int const b1 = std::min(blocks, b0 + int8_panel_slice_blocks);
         bool const first_slice = b0 == 0, last_slice = b1 == blocks;
@@ -314,13 +411,26 @@ void int8_panel_products(std::byte const* const (&panels)[P], int cols, Int8Rows
             for (int p = 0; p < P; ++p) {
                 float* carried = partial + p * partial_stride +
                                  static_cast<std::size_t>(t0 - first) * int8_strip_rows;
-                detail::int8_panel_tile_avx512<W, T>(panels[p], b0, b1, rows, token_sums,
-                                                     first_slice ? nullptr : carried,
-                                                     last_slice ? &out[p][0][0] : carried);
+                float const* from = first_slice ? nullptr : carried;
+                float* to = last_slice ? &out[p][0][0] : carried;
+#if TINFER_AMX_TARGETS
+                if constexpr (T == detail::amx_tile_tokens)
+                    detail::int8_panel_tile_amx<W>(panels[p], b0, b1, rows, x.stride, from, to);
+                else
+#endif
+                    detail::int8_panel_tile_avx512<W, T>(panels[p], b0, b1, rows, token_sums, from,
+                                                         to);
             }
             if (last_slice) emit.template operator()<T>(t0, out);
         };
-        for_each_tile<4>(first, last, tile);
+        int start = first;
+#if TINFER_AMX_TARGETS
+        if constexpr (W != DType::q6_k)
+            if (amx)
+                for (; start + detail::amx_tile_tokens <= last; start += detail::amx_tile_tokens)
+                    tile.template operator()<detail::amx_tile_tokens>(start);
+#endif
+        for_each_tile<4>(start, last, tile);
     }
 }
 #endif

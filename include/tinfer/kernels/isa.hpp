@@ -22,6 +22,10 @@
 #if TINFER_X86_TARGETS
 #include <cpuid.h>
 #endif
+#if TINFER_AMX_TARGETS
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace tinfer::kernels {
 
@@ -96,6 +100,32 @@ inline Isa detected_isa() {
 #endif
 }
 
+// Whether the AVX-512 prefill panels may multiply with AMX tiles (kernels/int8_panels.hpp): the
+// CPU has AMX-TILE and AMX-INT8, the OS saves their state (XCR0 bits 17 and 18), Linux granted
+// this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, asked once here, for all its
+// threads), and TINFER_AMX is not "0" in the environment. The sums are the same integers the
+// VNNI panels make, so the outputs do not change, only the time.
+inline bool amx_int8_ready() {
+    static bool const ready = [] {
+#if TINFER_AMX_TARGETS
+        if (char const* env = std::getenv("TINFER_AMX"); env && std::string_view(env) == "0")
+            return false;
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1)) return false;  // OSXSAVE
+        if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+        if (!(d >> 24 & 1) || !(d >> 25 & 1)) return false;  // AMX-TILE, AMX-INT8
+        unsigned xcr0_low = 0, xcr0_high = 0;
+        __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+        if ((xcr0_low & 0x60000) != 0x60000) return false;  // TILECFG, TILEDATA
+        constexpr long request_permission = 0x1023, tile_data = 18;
+        return syscall(SYS_arch_prctl, request_permission, tile_data) == 0;
+#else
+        return false;
+#endif
+    }();
+    return ready;
+}
+
 // The choice for a CPU that can run `detected`, capped by a request (TINFER_ISA's value, or
 // none) and held within what the binary compiled. `note` receives why a request was not taken.
 inline Isa choose_isa(Isa detected, std::optional<std::string_view> request,
@@ -143,7 +173,9 @@ inline std::string describe_isa() {
     return std::string(name_of(running_isa())) + " (CPU: " + name_of(detected_isa()) +
            "; compiled: " + name_of(isa_floor) +
            (isa_floor == isa_ceiling ? std::string() : std::string(" to ") + name_of(isa_ceiling)) +
-           ")";
+           ")" +
+           (running_isa() == Isa::avx512 && amx_int8_ready() ? ", prefill panels on AMX tiles"
+                                                             : "");
 }
 
 // body.template operator()<I>() with I the compiled version running_isa() names; one call, so
