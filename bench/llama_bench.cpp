@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -67,6 +68,7 @@ struct Roofline {
     std::vector<double> read_gbps;
     std::vector<double> int8_gmacs;
     std::vector<double> panel_gmacs;  // the panels' inner step, its operands in L1
+    std::vector<double> amx_gmacs;    // the panels' AMX tile products (0: not used here)
     // Measures again beside each tg repetition (nullptr: --no-roofline).
     std::unique_ptr<tinfer::bench::ReadBandwidth> bandwidth;
     double at(std::vector<double> const& v, std::size_t i) const {
@@ -105,7 +107,7 @@ constexpr char const* panels_not_run =
 // them.
 template <tinfer::ModelConfig Cfg>
 std::string prefill_share(int tokens, int depth, int threads, double tokens_per_second,
-                          double peak_gmacs, double panel_gmacs) {
+                          double peak_gmacs, double panel_gmacs, double amx_gmacs) {
     double keys_global = 0, keys_sliding = 0;
     for (int p = depth; p < depth + tokens; ++p) {
         keys_global += keys_seen(p, 0);
@@ -130,7 +132,12 @@ std::string prefill_share(int tokens, int depth, int threads, double tokens_per_
                   tokens, threads, matrix_gmacs, share(peak_gmacs).c_str(), peak_gmacs,
                   panel_gmacs > 0 ? panels : panels_not_run, attention_gmac, head_gmac,
                   tokens * layer_matrix_macs<Cfg>() / 1e9);
-    return text;
+    if (amx_gmacs <= 0) return text;
+    char amx[160];
+    std::snprintf(amx, sizeof amx,
+                  "; the panels' tiles of 16 tokens ran on AMX: %s of its tile rate (%.1f GMAC/s)",
+                  share(amx_gmacs).c_str(), amx_gmacs);
+    return std::string(text) + amx;
 }
 
 // One decode step's seconds: with its sampler, without it, without the LM head (and final
@@ -288,7 +295,8 @@ void run(tinfer::gguf::File const& file, Options const& options, double model_gi
             row(test_name("pp", options.prompt_tokens), pp, 0);
             notes.push_back(prefill_share<Cfg>(options.prompt_tokens, options.depth, threads,
                                                pp.median, roofline.at(roofline.int8_gmacs, ti),
-                                               roofline.at(roofline.panel_gmacs, ti)));
+                                               roofline.at(roofline.panel_gmacs, ti),
+                                               roofline.at(roofline.amx_gmacs, ti)));
         }
 
         // tgN: one token at a time from an empty cache (or one holding the depth). The read
@@ -479,10 +487,14 @@ int main(int argc, char** argv) {
                 roofline.read_gbps.push_back(bw);
                 roofline.int8_gmacs.push_back(tinfer::bench::measured_int8_gmacs(t));
                 roofline.panel_gmacs.push_back(tinfer::bench::measured_int8_panel_gmacs(t));
+                roofline.amx_gmacs.push_back(tinfer::bench::measured_amx_panel_gmacs(t));
                 double const decode_ceiling = bw * 1e9 / double(file.bytes().size());
-                char panels[96];
+                char panels[160];
                 std::snprintf(panels, sizeof panels, "the prefill panels' step from L1: %.1f",
                               roofline.panel_gmacs.back());
+                if (double const amx = roofline.amx_gmacs.back(); amx > 0)
+                    std::snprintf(panels + std::strlen(panels), sizeof panels - std::strlen(panels),
+                                  "; their AMX tile products: %.1f", amx);
                 std::printf(
                     "roofline, %d thread(s): read bandwidth %.1f GB/s over a buffer of the "
                     "file's size (decode ceiling %.0f t/s for the %.1f MB file; %.1f GB/s over "

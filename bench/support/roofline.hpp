@@ -15,6 +15,7 @@
 #include <tinfer/core/huge_pages.hpp>
 #include <tinfer/core/prefetch.hpp>
 #include <tinfer/core/simd_intrinsics.hpp>
+#include <tinfer/kernels/int8_panels.hpp>
 #include <tinfer/kernels/isa.hpp>
 
 #if __has_include(<cblas.h>)
@@ -239,6 +240,53 @@ inline double measured_int8_panel_gmacs(int threads) {
     constexpr std::int64_t steps = std::int64_t{1} << 22;
     return detail::parallel_gmacs(
         threads, [&](int& sink) { return detail::int8_panel_step_macs_avx512(steps, sink); });
+#else
+    (void)threads;
+    return 0;
+#endif
+}
+
+#if TINFER_AMX_TARGETS
+namespace detail {
+TINFER_BEGIN_TARGET_AMX
+// tdpbsud on the panels' tiles (kernels/int8_panels.hpp: K = 32, 16 x 16 x 32 = 8192
+// multiply-accumulates each), two independent products a step, the operands held in tiles.
+inline std::int64_t amx_panel_macs(std::int64_t steps, int& sink) {
+    kernels::detail::load_amx_panel_tiles();
+    alignas(64) std::int8_t a[16 * 32];
+    alignas(64) std::uint8_t b[8 * 64];
+    for (int i = 0; i < 16 * 32; ++i) a[i] = static_cast<std::int8_t>(i % 7 - 3);
+    for (int i = 0; i < 8 * 64; ++i) b[i] = static_cast<std::uint8_t>(i % 5);
+    _tile_loadd(1, a, 32);
+    _tile_loadd(4, a, 32);
+    _tile_loadd(2, b, 64);
+    _tile_loadd(5, b, 64);
+    _tile_zero(0);
+    _tile_zero(3);
+    for (std::int64_t i = 0; i < steps; ++i) {
+        _tile_dpbsud(0, 1, 2);
+        _tile_dpbsud(3, 4, 5);
+    }
+    alignas(64) std::int32_t c[16 * 16];
+    _tile_stored(0, c, 64);
+    sink += c[0];
+    _tile_stored(3, c, 64);
+    sink += c[17];
+    return steps * 2 * 16 * 16 * 32;
+}
+TINFER_END_TARGET_AMX
+}  // namespace detail
+#endif
+
+// Sustained rate (GMAC/s) of the AMX tile products the prefill panels use where
+// kernels::amx_int8_ready (K = 32, half of what a tile product can take), `threads` threads; 0
+// where they do not run.
+inline double measured_amx_panel_gmacs(int threads) {
+#if TINFER_AMX_TARGETS
+    if (kernels::running_isa() != kernels::Isa::avx512 || !kernels::amx_int8_ready()) return 0;
+    constexpr std::int64_t steps = std::int64_t{1} << 18;
+    return detail::parallel_gmacs(threads,
+                                  [&](int& sink) { return detail::amx_panel_macs(steps, sink); });
 #else
     (void)threads;
     return 0;
