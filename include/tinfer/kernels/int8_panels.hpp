@@ -230,6 +230,22 @@ void decode_int8_panel_avx512(std::byte const* strip, int cols, std::byte* panel
     }
 }
 
+// One token's float steps on a block's integer sums `total` (16 rows): the scale products, then
+// the offset term. The VNNI panel tile and the AMX one (same integers) both end here, so that
+// both give the strip kernels' bits.
+template <DType W>
+inline __m512 panel_block_float_steps(std::byte const* block, __m512 scale, float x_scale,
+                                      float x_sum, __m512i total, __m512 acc) {
+    using Panel = Int8PanelFormat<W>;
+    __m512 const token_scale = _mm512_mul_ps(scale, _mm512_set1_ps(x_scale));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), token_scale, acc);
+    if constexpr (Int8StripFormat<W>::offset_term)
+        acc = _mm512_fmadd_ps(
+            _mm512_loadu_ps(reinterpret_cast<float const*>(block + Panel::factors_offset)),
+            _mm512_set1_ps(x_sum), acc);
+    return acc;
+}
+
 // Blocks [b0, b1) of the panel times x[t], added to `in` (T x 16 floats, token-major; null:
 // from zero) and written to `out` (the same shape; may be `in`). q6_sums[t]: token t's
 // int8_panel_sums row (Q6_K only). Two chains of integer sums per token and block, so that a
@@ -249,8 +265,8 @@ void int8_panel_tile_avx512(std::byte const* panel, int b0, int b1, Int8Row cons
             _mm512_loadu_ps(reinterpret_cast<float const*>(p + Panel::scale_offset));
         for (int t = 0; t < T; ++t) {
             std::int8_t const* xq = x[t].q + b * int8_block_elements;
-            __m512 const token_scale = _mm512_mul_ps(scale, _mm512_set1_ps(x[t].scale[b]));
             if constexpr (Panel::q6_k) {
+                __m512 const token_scale = _mm512_mul_ps(scale, _mm512_set1_ps(x[t].scale[b]));
                 __m512i s0 = _mm512_set1_epi32(q6_sums[t][2 * b]);
                 __m512i s1 = _mm512_set1_epi32(q6_sums[t][2 * b + 1]);
                 for (int k = 0; k < 4; ++k) {
@@ -268,12 +284,8 @@ void int8_panel_tile_avx512(std::byte const* panel, int b0, int b1, Int8Row cons
                     s0 = _mm512_dpbusd_epi32(s0, w[k], four_512(xq + 4 * k));
                     s1 = _mm512_dpbusd_epi32(s1, w[k + 1], four_512(xq + 4 * k + 4));
                 }
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), token_scale,
-                                         acc[t]);
-                if constexpr (Int8StripFormat<W>::offset_term)
-                    acc[t] = _mm512_fmadd_ps(
-                        _mm512_loadu_ps(reinterpret_cast<float const*>(p + Panel::factors_offset)),
-                        _mm512_set1_ps(x[t].sum[b]), acc[t]);
+                acc[t] = panel_block_float_steps<W>(p, scale, x[t].scale[b], x[t].sum[b],
+                                                    _mm512_add_epi32(s0, s1), acc[t]);
             }
         }
     }
@@ -302,7 +314,7 @@ struct alignas(64) AmxPanelTiles {
     std::uint8_t rows[16] = {16, 16, 8, 16, 16, 8};
 };
 
-// The float steps of block b on its C rows `sums`, in int8_panel_tile_avx512's order.
+// The float steps of block b on its C rows `sums` (panel_block_float_steps, as the VNNI tile).
 template <DType W>
 inline void amx_block_steps(std::byte const* p, int b, Int8Row const (&x)[amx_tile_tokens],
                             std::int32_t const (&sums)[amx_tile_tokens][int8_strip_rows],
@@ -310,16 +322,10 @@ inline void amx_block_steps(std::byte const* p, int b, Int8Row const (&x)[amx_ti
     using Panel = Int8PanelFormat<W>;
     __m512 const scale = _mm512_loadu_ps(reinterpret_cast<float const*>(p + Panel::scale_offset));
     for (int t = 0; t < amx_tile_tokens; ++t) {
-        std::int8_t const* xq = x[t].q + b * int8_block_elements;
-        __m512 const token_scale = _mm512_mul_ps(scale, _mm512_set1_ps(x[t].scale[b]));
         __m512i total = _mm512_load_si512(sums[t]);
         if constexpr (!Int8StripFormat<W>::nibbles)
-            total = _mm512_add_epi32(q8_unshift_512(xq), total);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), token_scale, acc[t]);
-        if constexpr (Int8StripFormat<W>::offset_term)
-            acc[t] = _mm512_fmadd_ps(
-                _mm512_loadu_ps(reinterpret_cast<float const*>(p + Panel::factors_offset)),
-                _mm512_set1_ps(x[t].sum[b]), acc[t]);
+            total = _mm512_add_epi32(q8_unshift_512(x[t].q + b * int8_block_elements), total);
+        acc[t] = panel_block_float_steps<W>(p, scale, x[t].scale[b], x[t].sum[b], total, acc[t]);
     }
 }
 

@@ -77,6 +77,15 @@ constexpr bool isa_compiled(Isa isa) {
     return isa_rank(isa) >= isa_rank(isa_floor) && isa_rank(isa) <= isa_rank(isa_ceiling);
 }
 
+#if TINFER_X86_TARGETS && !defined(TINFER_EMULATED_AVX512)
+// Which register states the OS saves (XCR0's low half); ask only where CPUID.1 reports OSXSAVE.
+inline unsigned saved_register_states() {
+    unsigned low = 0, high = 0;
+    __asm__("xgetbv" : "=a"(low), "=d"(high) : "c"(0));
+    return low;
+}
+#endif
+
 // What this CPU (and its operating system, which must save the wider registers) can execute.
 inline Isa detected_isa() {
 #if defined(TINFER_EMULATED_AVX512)
@@ -86,8 +95,7 @@ inline Isa detected_isa() {
     if (!__get_cpuid(1, &a, &b, &c, &d)) return Isa::portable;
     bool const fma = c >> 12 & 1, osxsave = c >> 27 & 1, avx = c >> 28 & 1, f16c = c >> 29 & 1;
     if (!(fma && osxsave && avx && f16c)) return Isa::portable;
-    unsigned xcr0_low = 0, xcr0_high = 0;
-    __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+    unsigned const xcr0_low = saved_register_states();
     if ((xcr0_low & 0x6) != 0x6) return Isa::portable;  // SSE and AVX state
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return Isa::portable;
     bool const avx2 = b >> 5 & 1;
@@ -114,9 +122,7 @@ inline bool amx_int8_ready() {
         if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1)) return false;  // OSXSAVE
         if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
         if (!(d >> 24 & 1) || !(d >> 25 & 1)) return false;  // AMX-TILE, AMX-INT8
-        unsigned xcr0_low = 0, xcr0_high = 0;
-        __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
-        if ((xcr0_low & 0x60000) != 0x60000) return false;  // TILECFG, TILEDATA
+        if ((saved_register_states() & 0x60000) != 0x60000) return false;  // TILECFG, TILEDATA
         constexpr long request_permission = 0x1023, tile_data = 18;
         return syscall(SYS_arch_prctl, request_permission, tile_data) == 0;
 #else
