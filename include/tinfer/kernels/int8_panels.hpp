@@ -321,6 +321,7 @@ inline void amx_block_steps(std::byte const* p, int b, Int8Row const (&x)[amx_ti
                             __m512 (&acc)[amx_tile_tokens]) {
     using Panel = Int8PanelFormat<W>;
     __m512 const scale = _mm512_loadu_ps(reinterpret_cast<float const*>(p + Panel::scale_offset));
+#pragma GCC unroll 16
     for (int t = 0; t < amx_tile_tokens; ++t) {
         __m512i total = _mm512_load_si512(sums[t]);
         if constexpr (!Int8StripFormat<W>::nibbles)
@@ -330,7 +331,12 @@ inline void amx_block_steps(std::byte const* p, int b, Int8Row const (&x)[amx_ti
 }
 
 // Two blocks per round (C in tiles 0 and 3, A in 1 and 4, B in 2 and 5), so that the second
-// block's tile product runs while the first block's float steps do.
+// block's tile product runs while the first block's float steps do. Every token loop is
+// unrolled so that the sixteen accumulators become registers: as an array, GCC 12 kept them on
+// the stack (each tile store is an asm that clobbers memory), a load and a store around each of
+// their multiply-adds. Alternated repetition by repetition in one process (Xeon guest, pp512):
+// SmolLM2 1.09-1.12x the tokens/s at one thread, 1.11x at two; Gemma 3 1.06x and 1.06x.
+// Issuing the next block's product before this block's float steps added nothing (0.98-1.00).
 template <DType W>
 void int8_panel_tile_amx(std::byte const* panel, int b0, int b1, Int8Row const (&x)[16],
                          std::size_t x_stride, float const* in, float* out) {
@@ -339,6 +345,7 @@ void int8_panel_tile_amx(std::byte const* panel, int b0, int b1, Int8Row const (
     constexpr int T = amx_tile_tokens;
     alignas(64) std::int32_t sums[2][T][int8_strip_rows];
     __m512 acc[T];
+#pragma GCC unroll 16
     for (int t = 0; t < T; ++t)
         acc[t] = in ? _mm512_loadu_ps(in + int8_strip_rows * t) : _mm512_setzero_ps();
     auto const block = [&](int b) {
@@ -370,6 +377,7 @@ void int8_panel_tile_amx(std::byte const* panel, int b0, int b1, Int8Row const (
         _tile_stored(0, sums[0], sums_stride);
         amx_block_steps<W>(block(b), b, x, sums[0], acc);
     }
+#pragma GCC unroll 16
     for (int t = 0; t < T; ++t) _mm512_storeu_ps(out + int8_strip_rows * t, acc[t]);
 }
 
