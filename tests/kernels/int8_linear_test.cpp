@@ -4,7 +4,8 @@
 // that, and the portable path always) against a float64 product of the decoded weights and the
 // dequantized activations; the paths bitwise equal (prefill's panels and the strips too); batch
 // invariance; the grain in which a batched step's threads take strips from a shared counter;
-// the fused gated and accumulating epilogues against the separate operations.
+// the fused gated and accumulating epilogues against the separate operations; stacked
+// matrices against each alone.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -586,6 +587,53 @@ BOOST_AUTO_TEST_CASE(batch_invariant_bitwise) {
     // Two token chunks on two threads, strips handed out from the shared counter in each.
     check_batch_invariance<DType::q4_1, Isa::native>(
         1411, 64, 576, k::linear_token_chunk(k::int8_row_bytes(576)) + 3);
+}
+
+// Matrices multiplied as one stacked list (a layer's Q, K and V) give each matrix's products
+// alone, bitwise: partial last strips, a decode row, a few rows (shared strips from the
+// counter on two threads), a prefill chunk on the panels; one thread and two.
+template <DType T>
+void check_stacked_equals_alone(std::uint64_t seed, int cols) {
+    auto rng = tt::seeded_rng(seed);
+    int const rows[3] = {37, 16, 5};
+    std::vector<tt::TestWeights> weights;
+    std::vector<Strips> strips;
+    for (int const r : rows) weights.push_back(tt::make_weights<T>(rng, r, cols));
+    for (auto const& w : weights) strips.emplace_back(w.matrix);
+    for (int const tokens : {1, 3, 40}) {
+        std::vector<float> const x =
+            tt::random_floats(rng, static_cast<std::size_t>(tokens) * cols);
+        QuantizedRows const q = quantize(x, tokens, cols);
+        for (int const threads : {1, 2}) {
+            std::vector<std::vector<float>> stacked(3);
+            k::StackedOutput outputs[3];
+            for (int m = 0; m < 3; ++m) {
+                stacked[m].resize(static_cast<std::size_t>(tokens) * rows[m]);
+                tt::poison(std::span<float>(stacked[m]));
+                outputs[m] = {&strips[m].matrix, stacked[m].data(),
+                              static_cast<std::size_t>(rows[m])};
+            }
+            std::size_t const per_thread = k::linear_scratch_floats(cols);
+            std::vector<float> scratch(per_thread * threads);
+#pragma omp parallel num_threads(threads)
+            k::stacked_linear_team<T>(
+                tinfer::DynamicExtent{cols}, outputs, q.view(), tokens, k::Store::assign,
+                scratch.data() + per_thread * static_cast<std::size_t>(omp_get_thread_num()));
+            for (int m = 0; m < 3; ++m) {
+                std::vector<float> alone(stacked[m].size());
+                k::linear_int8<T>(strips[m].matrix, q.view(), tokens, alone.data(), 1);
+                BOOST_TEST(
+                    std::memcmp(alone.data(), stacked[m].data(), alone.size() * sizeof(float)) == 0,
+                    "matrix " << m << ", " << tokens << " tokens on " << threads << " thread(s)");
+            }
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(stacked_matrices_equal_each_alone) {
+    check_stacked_equals_alone<DType::q4_1>(1600, 160);
+    check_stacked_equals_alone<DType::q5_0>(1601, 640);
+    check_stacked_equals_alone<DType::q6_k>(1602, 256);
 }
 
 // The fused epilogues are the separate operations, bitwise: gated = swiglu of two products,

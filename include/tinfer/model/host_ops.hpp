@@ -95,11 +95,29 @@ class HostOps {
         }
     }
 
-    // q, k, v = normed . W^T for the step's rows.
+    // q, k, v = normed . W^T for the step's rows: under int8 activations, with the three
+    // matrices of one type, their strips shared over the team as one list
+    // (kernels::stacked_linear_team), else matrix after matrix.
     void project_qkv(LayerWeights const& w) {
-        project(w.q, Activations::normed, ws_.q.data(), q_width(), kernels::Store::assign);
-        project(w.k, Activations::normed, ws_.k.data(), kv_width(), kernels::Store::assign);
-        project(w.v, Activations::normed, ws_.v.data(), kv_width(), kernels::Store::assign);
+        bool stacked = false;
+        if (w.q.type == w.k.type && w.k.type == w.v.type) {
+            kernels::dispatch_weight_type(w.q.type, [&]<DType W>() {
+                if constexpr (int8_precision && kernels::has_int8_dot(W)) {
+                    kernels::StackedOutput const outputs[] = {
+                        {&w.q, ws_.q.data(), static_cast<std::size_t>(q_width())},
+                        {&w.k, ws_.k.data(), static_cast<std::size_t>(kv_width())},
+                        {&w.v, ws_.v.data(), static_cast<std::size_t>(kv_width())}};
+                    kernels::stacked_linear_team<W>(hidden(), outputs, int8_rows(), rows_,
+                                                    kernels::Store::assign, scratch_);
+                    stacked = true;
+                }
+            });
+        }
+        if (!stacked) {
+            project(w.q, Activations::normed, ws_.q.data(), q_width(), kernels::Store::assign);
+            project(w.k, Activations::normed, ws_.k.data(), kv_width(), kernels::Store::assign);
+            project(w.v, Activations::normed, ws_.v.data(), kv_width(), kernels::Store::assign);
+        }
 #pragma omp barrier
     }
 
