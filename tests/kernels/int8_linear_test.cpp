@@ -598,6 +598,8 @@ void check_stacked_equals_alone(std::uint64_t seed, int cols) {
     int const rows[3] = {37, 16, 5};
     std::vector<tt::TestWeights> weights;
     std::vector<Strips> strips;
+    weights.reserve(3);  // each matrix points into its own bytes: no reallocation
+    strips.reserve(3);
     for (int const r : rows) weights.push_back(tt::make_weights<T>(rng, r, cols));
     for (auto const& w : weights) strips.emplace_back(w.matrix);
     for (int const tokens : {1, 3, 40}) {

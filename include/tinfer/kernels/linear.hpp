@@ -524,7 +524,8 @@ struct StackedOutput {
 // are 12 strips each, so three loops were three starts and three tails for 60 strips. Decode
 // steps alternated token by token in one process (Xeon guest): SmolLM2 on two threads 0.96-0.99
 // of the time (15 runs of 128 tokens), on one 1.00; Gemma 3 on two 1.00. The same dot products
-// as linear_team's, so the same bits.
+// as linear_team's, so the same bits. Every matrix: W's int8 strips, `cols` wide (the caller
+// checks; a parallel region cannot throw).
 template <DType W, Isa isa = Isa::native, Extent Cols, std::size_t N>
 void stacked_linear_team(Cols cols, StackedOutput const (&outputs)[N], Int8Rows x, int tokens,
                          Store store, float* buffer = nullptr) {
