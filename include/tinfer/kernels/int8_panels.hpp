@@ -307,7 +307,8 @@ inline constexpr int amx_tile_tokens = 16;
 
 TINFER_BEGIN_TARGET_AMX
 // Tiles 0 and 3: C (16 x 64 bytes), 1 and 4: A (16 x 32), 2 and 5: B (8 x 64). Loaded by
-// each call, since a thread's tile configuration is its own and other code may change it.
+// each int8_panel_products call, since a thread's tile configuration is its own and other code
+// may change it.
 struct alignas(64) AmxPanelTiles {
     std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
     std::uint16_t bytes_per_row[16] = {64, 32, 64, 64, 32, 64};

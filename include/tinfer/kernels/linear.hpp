@@ -485,31 +485,6 @@ void int8_strip_outputs(Cols cols, WeightMatrix const& w, int strip, Int8Rows x,
 }
 }  // namespace detail
 
-// Int8 rows: buffer is this thread's linear_scratch_floats(w.cols) floats for the panel path,
-// or null for the strips alone (the same bits).
-template <DType W, Isa isa = Isa::native, Extent Cols>
-void linear_team(Cols cols, WeightMatrix const& w, Int8Rows x, int tokens, float* y,
-                 std::size_t y_stride, Store store, float* buffer = nullptr) {
-    static_assert(has_int8_dot(W),
-                  "linear_team: int8 activations need weights with an int8 dot (has_int8_dot)");
-    if constexpr (isa == Isa::native) {  // chosen once per matrix, not per strip
-        with_running_isa([&]<Isa chosen>() {
-            linear_team<W, chosen>(cols, w, x, tokens, y, y_stride, store, buffer);
-        });
-    } else {
-        int const width = static_cast<int>(cols);
-        detail::share_int8_strips(
-            detail::strip_count(w.rows), tokens, x.stride, Int8StripFormat<W>::strip_bytes(width),
-            [&](int first, int last) {
-                detail::prepare_panel_chunk<W, isa>(x, width, first, last, buffer);
-            },
-            [&](int strip, int first, int last) {
-                detail::int8_strip_outputs<W, isa>(cols, w, strip, x, first, last, y, y_stride,
-                                                   store, buffer);
-            });
-    }
-}
-
 // One of the matrices stacked_linear_team multiplies, and where its outputs go.
 struct StackedOutput {
     WeightMatrix const* w;
@@ -532,7 +507,7 @@ void stacked_linear_team(Cols cols, StackedOutput const (&outputs)[N], Int8Rows 
     static_assert(has_int8_dot(W),
                   "stacked_linear_team: int8 activations need weights with an "
                   "int8 dot (has_int8_dot)");
-    if constexpr (isa == Isa::native) {
+    if constexpr (isa == Isa::native) {  // chosen once per call, not per strip
         with_running_isa([&]<Isa chosen>() {
             stacked_linear_team<W, chosen>(cols, outputs, x, tokens, store, buffer);
         });
@@ -554,6 +529,17 @@ void stacked_linear_team(Cols cols, StackedOutput const (&outputs)[N], Int8Rows 
                                                    buffer);
             });
     }
+}
+
+// Int8 rows: buffer is this thread's linear_scratch_floats(w.cols) floats for the panel path,
+// or null for the strips alone (the same bits). One matrix is a stack of one.
+template <DType W, Isa isa = Isa::native, Extent Cols>
+void linear_team(Cols cols, WeightMatrix const& w, Int8Rows x, int tokens, float* y,
+                 std::size_t y_stride, Store store, float* buffer = nullptr) {
+    static_assert(has_int8_dot(W),
+                  "linear_team: int8 activations need weights with an int8 dot (has_int8_dot)");
+    StackedOutput const output[] = {{&w, y, y_stride}};
+    stacked_linear_team<W, isa>(cols, output, x, tokens, store, buffer);
 }
 
 template <DType W, Isa isa = Isa::native>
